@@ -1,0 +1,61 @@
+"""Two-stage matching of the catalog over all log lines.
+
+Stage 1 runs one combined literal alternation over every line (Polars' Rust regex,
+linear time): only lines containing some pattern's rare literal survive. Stage 2 runs
+each pattern's full regex on the survivors that hold one of its own literals. On real
+incidents stage 1 keeps well under 1% of lines, so stage 2 costs almost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from forensics.catalog.load import Pattern
+from forensics.schema import FINDINGS, conform, empty
+
+
+def _literal_alternation(literals: Sequence[str]) -> str:
+    return "|".join(pl.escape_regex(lit) for lit in sorted(set(literals), key=len, reverse=True))
+
+
+def prefilter(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFrame:
+    """Lines that contain at least one literal of at least one pattern."""
+    literals = [lit for p in patterns for lit in p.literals]
+    if not literals or lines.is_empty():
+        return lines.clear()
+    return lines.filter(pl.col("text").str.contains(_literal_alternation(literals)))
+
+
+def match_pattern(candidates: pl.DataFrame, pattern: Pattern) -> pl.DataFrame:
+    """Rows of `candidates` matched by `pattern`, as findings (captures as JSON)."""
+    has_literal = pl.any_horizontal(
+        [pl.col("text").str.contains(lit, literal=True) for lit in pattern.literals]
+    )
+    hits = candidates.filter(has_literal).filter(pl.col("text").str.contains(pattern.regex))
+    if hits.is_empty():
+        return empty(FINDINGS)
+    captures = pl.col("text").str.extract_groups(pattern.regex)
+    if "(?P<" in pattern.regex:
+        captures_json = captures.struct.json_encode()
+    else:
+        captures_json = pl.lit("{}")
+    hits = hits.with_columns(
+        pattern=pl.lit(pattern.id),
+        title=pl.lit(pattern.title),
+        category=pl.lit(pattern.category),
+        severity=pl.lit(pattern.severity),
+        role=pl.lit(pattern.role),
+        captures=captures_json,
+    )
+    return conform(hits, FINDINGS)
+
+
+def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFrame:
+    """All findings of all patterns over `lines` (needs `text`, `file`, `line`)."""
+    candidates = prefilter(lines, patterns)
+    if candidates.is_empty():
+        return empty(FINDINGS)
+    frames = [match_pattern(candidates, p) for p in patterns]
+    return pl.concat(frames, how="vertical").sort(["file", "line", "pattern"])
