@@ -1,0 +1,119 @@
+"""The whole flow for one incident folder: discover -> ingest -> passes -> verdict.
+
+Each stage is a plain function over frames; this module only sequences them, reports
+progress, and keeps one failing optional source (a trace, a GPU dump) from taking the
+rest of the analysis down with it: its files become `partial`/`skipped` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from forensics.catalog.load import Pattern, load_catalog
+from forensics.catalog.match import match_catalog
+from forensics.discover import discover, rank_from_name
+from forensics.incident import FileStatus, Incident
+from forensics.ingest.metrics import extract_metrics
+from forensics.ingest.rank_logs import TextFile, read_text_files
+from forensics.passes.cross_rank import rank_table, world_size
+from forensics.passes.templates import unmatched_error_templates
+from forensics.schema import InputKind, InputStatus
+from forensics.verdict import Verdict, decide
+
+TEXT_KINDS = (InputKind.RANK_LOG, InputKind.CONSOLE_LOG, InputKind.NCCL_LOG, InputKind.KERNEL_LOG)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Analysis:
+    incident: Incident
+    verdict: Verdict
+    patterns: list[Pattern]
+    world_size: int | None
+    unmatched: pl.DataFrame
+
+
+class InputError(ValueError):
+    """The folder cannot be analyzed at all (missing, not a folder, nothing readable)."""
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def ingest_text(incident: Incident) -> None:
+    pending = incident.inputs.filter(pl.col("kind").is_in([str(k) for k in TEXT_KINDS]) & pl.col("status").is_null())
+    files = []
+    for path in pending["path"].to_list():
+        rank, local = rank_from_name(path)
+        files.append(TextFile(path, rank, local))
+    lines, statuses, conflicts = read_text_files(incident.root, files)
+    incident.lines = lines
+    incident.apply_statuses(statuses)
+    incident.add_findings(conflicts)
+
+
+def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progress = _quiet) -> Analysis:
+    root = Path(root)
+    if not root.exists():
+        raise InputError(f"{root} does not exist")
+    if not root.is_dir():
+        raise InputError(f"{root} is not a directory")
+    patterns = patterns if patterns is not None else load_catalog()
+    incident = Incident(root=root)
+
+    progress(f"discovering files under {root}")
+    incident.inputs = discover(root)
+    if incident.inputs.is_empty():
+        raise InputError(f"{root} contains no files")
+
+    progress(f"reading {incident.inputs.height} files")
+    ingest_text(incident)
+    for source in optional_sources():
+        source(incident, progress)
+
+    progress(f"matching {len(patterns)} patterns over {incident.lines.height:,} lines")
+    incident.add_findings(match_catalog(incident.lines, patterns))
+    incident.metrics = extract_metrics(incident.lines)
+
+    for analysis_pass in optional_passes():
+        analysis_pass(incident, progress)
+
+    world = world_size(incident.lines, incident.findings)
+    incident.ranks = rank_table(incident.lines, incident.findings, incident.metrics, world)
+    unmatched = unmatched_error_templates(incident.lines, incident.findings)
+    _mark_unclaimed(incident)
+    if incident.inputs.filter(pl.col("status") != InputStatus.SKIPPED).is_empty():
+        raise InputError(f"nothing readable in {root} ({incident.inputs.height} files, all skipped)")
+
+    progress("deciding the verdict")
+    verdict = decide(
+        incident.findings, incident.lines, incident.ranks, unmatched, {p.id: p for p in patterns}, world
+    )
+    return Analysis(incident, verdict, patterns, world, unmatched)
+
+
+def _mark_unclaimed(incident: Incident) -> None:
+    """Files no ingest module claimed stay visible in the inputs table, with the reason."""
+    unclaimed = incident.inputs.filter(pl.col("status").is_null())
+    incident.apply_statuses(
+        [FileStatus(p, InputStatus.SKIPPED, f"no reader for kind '{k}' yet") for p, k in unclaimed.select("path", "kind").iter_rows()]
+    )
+
+
+def optional_sources() -> list[Callable[[Incident, Progress], None]]:
+    """Ingest steps beyond text logs (traces, GPU dumps, Flight Recorder), when present."""
+    from forensics import sources
+
+    return sources.SOURCES
+
+
+def optional_passes() -> list[Callable[[Incident, Progress], None]]:
+    from forensics import sources
+
+    return sources.PASSES

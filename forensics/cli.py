@@ -1,0 +1,165 @@
+"""The `forensics` command: thin; parses options, calls the library, sets exit codes.
+
+Exit codes (CONTRACT.md): 0 analysis completed, 2 usage or input error (one line on
+stderr), 3 findings at or above --fail-on, 1 only for an internal bug.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from forensics.schema import SEVERITY_ORDER
+
+app = typer.Typer(
+    name="forensics",
+    help="Postmortems for failed, hung or slow distributed training runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+patterns_app = typer.Typer(help="The pattern catalog: list, explain, test, lint.", no_args_is_help=True)
+app.add_typer(patterns_app, name="patterns")
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class FailOn(StrEnum):
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+
+
+def _progress(message: str) -> None:
+    if sys.stderr.isatty():
+        typer.echo(f"forensics: {message}", err=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"forensics: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@app.command()
+def analyze(
+    directory: Annotated[Path, typer.Argument(help="Incident folder: rank logs, NCCL output, traces, GPU dumps.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder [default: ./forensics-report/<DIR name>/].")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="Also print verdict.json on stdout with 'json'.")] = OutputFormat.text,
+    frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
+    fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
+) -> None:
+    """Analyze one incident folder and write postmortem.md, verdict.json and figures/."""
+    from forensics.analyze import InputError
+    from forensics.analyze import analyze as run_analysis
+    from forensics.report.verdict_json import render_json
+    from forensics.report.write import write_report
+
+    try:
+        analysis = run_analysis(directory, progress=_progress)
+    except InputError as exc:
+        raise _fail(str(exc)) from None
+    target = out if out is not None else Path("forensics-report") / directory.resolve().name
+    try:
+        write_report(analysis, target, frames=frames)
+    except OSError as exc:
+        raise _fail(f"cannot write to {target}: {exc.strerror or exc}") from None
+    verdict = analysis.verdict
+    if output_format == OutputFormat.json:
+        typer.echo(render_json(analysis), nl=False)
+    else:
+        typer.echo(f"{verdict.category} ({verdict.state}, confidence {verdict.confidence:.2f}): {verdict.summary}")
+        typer.echo(f"report: {target / 'postmortem.md'}")
+    if fail_on is not None:
+        threshold = SEVERITY_ORDER[fail_on.value]
+        severities = analysis.incident.findings.filter(analysis.incident.findings["role"] != "event")["severity"]
+        if any(SEVERITY_ORDER.get(s, 0) >= threshold for s in severities.to_list()):
+            raise typer.Exit(3)
+
+
+@patterns_app.command("list")
+def patterns_list(
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="'json' for machine use.")] = OutputFormat.text,
+) -> None:
+    """List every pattern: id, category, role, severity, title."""
+    from forensics.catalog import load_catalog
+
+    catalog = load_catalog()
+    if output_format == OutputFormat.json:
+        rows = [{"id": p.id, "name": p.name, "category": p.category, "role": p.role, "severity": p.severity, "title": p.title} for p in catalog]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for p in catalog:
+        typer.echo(f"{p.id:8} {p.category:18} {p.role:10} {p.severity:8} {p.title}")
+
+
+@patterns_app.command("show")
+def patterns_show(pattern_id: Annotated[str, typer.Argument(help="Pattern id, e.g. OOM001.")]) -> None:
+    """Explain one pattern: what it detects, why it matters, what to do."""
+    from forensics.catalog import load_catalog
+
+    catalog = {p.id.upper(): p for p in load_catalog()}
+    pattern = catalog.get(pattern_id.upper())
+    if pattern is None:
+        raise _fail(f"no pattern with id {pattern_id!r} (see 'forensics patterns list')")
+    lines = [
+        f"{pattern.id} ({pattern.name}): {pattern.title}",
+        f"category {pattern.category}, role {pattern.role}, severity {pattern.severity}",
+        "",
+        pattern.meaning,
+        "",
+        "Likely causes:",
+        *[f"  - {c}" for c in pattern.causes],
+        "What to do now:",
+        *[f"  - {c}" for c in pattern.immediate],
+        "How to prevent it:",
+        *[f"  - {c}" for c in pattern.structural],
+        "References:",
+        *[f"  - {c}" for c in pattern.references],
+        "",
+        f"regex: {pattern.regex}",
+    ]
+    typer.echo("\n".join(lines))
+
+
+@patterns_app.command("test")
+def patterns_test() -> None:
+    """Run every pattern's embedded examples through the real matcher."""
+    from forensics.catalog import load_catalog
+    from forensics.catalog.validate import example_results
+
+    catalog = load_catalog()
+    problems = example_results(catalog)
+    for problem in problems:
+        typer.echo(str(problem), err=True)
+    examples = sum(len(p.match_examples) + len(p.no_match_examples) for p in catalog)
+    typer.echo(f"{examples - len(problems)} passed, {len(problems)} failed")
+    if problems:
+        raise typer.Exit(1)
+
+
+@patterns_app.command("validate")
+def patterns_validate() -> None:
+    """Lint the catalog: fields, regex syntax, literals, examples."""
+    from forensics.catalog import load_catalog
+    from forensics.catalog.load import CatalogError
+    from forensics.catalog.validate import validate_catalog
+
+    try:
+        catalog = load_catalog()
+    except CatalogError as exc:
+        raise _fail(str(exc), code=1) from None
+    problems = validate_catalog(catalog)
+    for problem in problems:
+        typer.echo(str(problem), err=True)
+    typer.echo(f"{len(catalog)} patterns, {len(problems)} problems")
+    if problems:
+        raise typer.Exit(1)
+

@@ -1,0 +1,148 @@
+"""Walk an incident folder and classify every file: what it is, which rank and host.
+
+Every regular file ends up in the INPUTS table. Kind is decided by content first (a
+sniff of the decompressed head), then by name; a rank comes from the file name here
+and may be overruled by line prefixes during ingest. Symbolic links are never followed
+(a link could point anywhere on the machine): they are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import polars as pl
+
+from forensics.ingest.text import compression_of, looks_binary, read_head
+from forensics.schema import INPUTS, InputKind, InputStatus
+
+METADATA_NAMES = {"expected.json", "SOURCE.md", "README.md", "NOTES.md"}
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+
+# Rank in a file name: rank_3.log, rank3.log, train_rank3.log, worker-3.log, rank-0.json.gz,
+# node2_rank12.err, log_rank_07.out. Checked in order; the first that matches wins.
+NAME_RANK = [
+    re.compile(r"(?:^|[^a-z])rank[_\-. ]?(\d+)(?![\d])", re.I),
+    re.compile(r"(?:^|[^a-z])worker[_\-. ]?(\d+)(?![\d])", re.I),
+    re.compile(r"(?:^|[^a-z])proc(?:ess)?[_\-. ]?(\d+)(?![\d])", re.I),
+]
+TORCHRUN_TREE = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
+FLIGHT_RECORDER_NAME = re.compile(r"(?:nccl_trace_rank_|trace_|fr_trace_?|flight_recorder_?)(\d+)$", re.I)
+NCCL_DEBUG_NAME = re.compile(r"nccl", re.I)
+KERNEL_LOG_NAME = re.compile(r"(?:^|[/_.\-])(?:dmesg|kern|kernel|syslog|messages|journal)", re.I)
+
+NCCL_LINE = re.compile(rb"\S+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN)")
+DMESG_LINE = re.compile(rb"^\[\s*\d+\.\d{6}\]", re.M)
+CSV_GPU_HEADER = re.compile(
+    rb"^(?:timestamp|index|name|pci\.bus_id|gpu_bus_id|temperature\.gpu|utilization\.gpu|uuid)"
+    rb"(?: \[[^\]]+\])?, ",
+    re.M,
+)
+
+
+def rank_from_name(path: str) -> tuple[int | None, int | None]:
+    """(global rank, local rank) suggested by a path; torchrun trees give a local rank."""
+    tree = TORCHRUN_TREE.search(path)
+    if tree:
+        return None, int(tree.group(1))
+    name = path.rsplit("/", 1)[-1]
+    for pattern in NAME_RANK:
+        match = pattern.search(name)
+        if match:
+            return int(match.group(1)), None
+    return None, None
+
+
+def sniff_kind(path: str, head: bytes) -> tuple[str, str | None]:
+    """(InputKind, reason to skip or None) from the name and the decompressed head."""
+    name = path.rsplit("/", 1)[-1]
+    lower = name.lower()
+    if name in METADATA_NAMES:
+        return InputKind.METADATA, "fixture metadata, not evidence"
+    if not head:
+        return InputKind.UNKNOWN, "empty or unreadable"
+    stripped = head.lstrip()
+    if stripped.startswith(b"{") or lower.endswith(TRACE_SUFFIXES):
+        if b'"traceEvents"' in head or b'"schemaVersion"' in head:
+            return InputKind.TRACE, None
+        if b'"pg_config"' in head or b'"entries"' in head and b'"version"' in head:
+            return InputKind.FLIGHT_RECORDER, None
+        if b'"message"' in head and (b'"extraInfo"' in head or b'"timestamp"' in head):
+            return InputKind.ERROR_FILE, None
+    if head[:1] == b"\x80" and FLIGHT_RECORDER_NAME.search(name):
+        return InputKind.FLIGHT_RECORDER, None
+    if looks_binary(head):
+        return InputKind.UNKNOWN, "binary content"
+    if b"==============NVSMI LOG==============" in head:
+        return InputKind.NVIDIA_SMI_QUERY, None
+    first_line = stripped.split(b"\n", 1)[0]
+    if first_line.startswith(b"# gpu") or first_line.startswith((b"#Date", b"#Time")):
+        return InputKind.NVIDIA_SMI_DMON, None
+    if b"CPU Affinity" in first_line and b"GPU0" in first_line:
+        return InputKind.NVIDIA_SMI_TOPO, None
+    if CSV_GPU_HEADER.search(head[:4096]) and b"\n" in head:
+        return InputKind.NVIDIA_SMI_CSV, None
+    if KERNEL_LOG_NAME.search(lower) or len(DMESG_LINE.findall(head)) > 3:
+        return InputKind.KERNEL_LOG, None
+    if NCCL_DEBUG_NAME.search(lower) and len(NCCL_LINE.findall(head)) * 2 >= head.count(b"\n"):
+        return InputKind.NCCL_LOG, None
+    if stripped.startswith((b"{", b"[")) and lower.endswith((".json", ".json.gz")):
+        return InputKind.UNKNOWN, "JSON that is neither a trace, a Flight Recorder dump nor an error file"
+    return InputKind.RANK_LOG, None
+
+
+def _walk(root: Path) -> list[tuple[str, Path | None, str | None]]:
+    """(relative path, absolute path or None, problem) for every entry below root."""
+    entries = []
+    for directory, subdirs, files in os.walk(root, followlinks=False):
+        base = Path(directory)
+        for sub in list(subdirs):
+            if (base / sub).is_symlink():
+                rel = (base / sub).relative_to(root).as_posix()
+                entries.append((rel, None, "symbolic link to a directory (not followed)"))
+        subdirs[:] = sorted(d for d in subdirs if not (base / d).is_symlink() and not d.startswith(".git"))
+        for name in sorted(files):
+            full = base / name
+            rel = full.relative_to(root).as_posix()
+            if full.is_symlink():
+                entries.append((rel, None, "symbolic link (not followed)"))
+            elif not full.is_file():
+                entries.append((rel, None, "not a regular file"))
+            else:
+                entries.append((rel, full, None))
+    return entries
+
+
+def discover(root: Path) -> pl.DataFrame:
+    """The INPUTS table for `root`: one row per file, status pending ingest (null) or skipped."""
+    rows = []
+    for rel, full, problem in _walk(root):
+        rank, _local = rank_from_name(rel)
+        size = None
+        kind: str = InputKind.UNKNOWN
+        if full is not None:
+            try:
+                size = full.stat().st_size
+                head = read_head(full)
+            except OSError as exc:
+                head, problem = b"", f"unreadable: {exc.strerror or exc}"
+            if problem is None:
+                kind, problem = sniff_kind(rel, head)
+                if kind == InputKind.RANK_LOG and rank is None and _local is None:
+                    kind = InputKind.CONSOLE_LOG
+                if problem is None and compression_of(head[:4]) is None and size == 0:
+                    problem = "empty file"
+        rows.append(
+            {
+                "path": rel,
+                "kind": str(kind),
+                "rank": rank,
+                "host": None,
+                "bytes": size,
+                "lines": None,
+                "status": InputStatus.SKIPPED.value if problem else None,
+                "problem": problem,
+            }
+        )
+    return pl.DataFrame(rows, schema=INPUTS) if rows else pl.DataFrame(schema=INPUTS)

@@ -1,0 +1,211 @@
+"""Text logs -> the LINES frame: one row per physical line, with rank, host, time, block.
+
+Works on every text input (rank logs, combined console logs, NCCL debug files, kernel
+logs): a file is read and decoded once, then split, cleaned and decoded entirely with
+Polars expressions over the whole column.
+
+Rank comes from the line's launcher prefixes first (formats.md 0, 4.4, 4.5): `[rankN]:`
+(c10 and the Python excepthook: global rank), `[<role>N]:` (torchrun --tee: local rank),
+`N: ` (srun --label: global task id), `[job,N]<stdout>:` (mpirun --tag-output); then
+from the file name; then from an in-payload `[Rank N]` tag (DeepSpeed log_dist, c10d).
+A file whose tags all name one rank that differs from its file name is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from forensics.incident import FileStatus
+from forensics.ingest.text import decode, read_bytes
+from forensics.ingest.timestamps import infer_year, line_time
+from forensics.schema import FINDINGS, LINES, InputStatus, conform, empty
+
+ANSI = r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"
+
+# Stacked launcher prefixes at the start of a line, outermost first (formats.md 0).
+PREFIX = (
+    r"^(?:\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})?"  # mpirun --timestamp-output
+    r"(?:"
+    r"\s*(?:P\d+ +)?\s*\d+: "  # srun --label, right-aligned task id
+    r"|\[\d+,\d+\]<std(?:out|err)>:"  # mpirun --tag-output
+    r"|\[[A-Za-z_]*\d+\]:[ ]?"  # torchrun [default0]: / c10 [rank0]:
+    r"|\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "  # Ray actor
+    r"|[\w.]+/\d+ "  # NeMo-Run / torchx role
+    r")+"
+)
+NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
+CONTINUATION = r"^(?:\s+\S|frame #\d+|Exception raised from |During handling of the above|The above exception)"
+
+
+@dataclass(frozen=True)
+class TextFile:
+    path: str  # relative to the incident root
+    rank: int | None  # from the file name
+    local_rank: int | None = None  # from a torchrun --log-dir tree
+
+
+def _file_frame(root: Path, item: TextFile) -> tuple[pl.DataFrame, FileStatus]:
+    try:
+        payload = read_bytes(root / item.path)
+    except OSError as exc:
+        return empty({"file": pl.String, "line": pl.Int64, "raw": pl.String}), FileStatus(
+            item.path, InputStatus.SKIPPED, f"unreadable: {exc.strerror or exc}"
+        )
+    text, replaced = decode(payload.data)
+    problems = [payload.problem] if payload.problem else []
+    if replaced:
+        problems.append(f"{replaced} invalid UTF-8 sequences replaced")
+    frame = (
+        pl.DataFrame({"raw": [text]})
+        .select(pl.col("raw").str.split("\n"))
+        .explode("raw")
+        .with_row_index("line", offset=1)
+        .with_columns(pl.col("line").cast(pl.Int64), file=pl.lit(item.path))
+    )
+    n_lines = frame.height - (1 if text.endswith("\n") or not text else 0)
+    status = InputStatus.PARTIAL if payload.problem else InputStatus.PARSED
+    return frame, FileStatus(item.path, status, "; ".join(problems) or None, n_lines)
+
+
+def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
+    prefix = pl.col("text").str.extract(f"({PREFIX})")
+    role = prefix.str.extract_groups(r"\[(?P<role>[A-Za-z_]*)(?P<n>\d+)\]:")
+    tagged_global = pl.coalesce(
+        prefix.str.extract(r"\[rank(\d+)\]:"),
+        prefix.str.extract(r"\[\d+,(\d+)\]<"),
+        prefix.str.extract(r"^\s*(?:P\d+ +)?\s*(\d+): "),
+        pl.when(role.struct.field("role") == "").then(role.struct.field("n")),
+    ).cast(pl.Int32, strict=False)
+    local = pl.when(~role.struct.field("role").is_in(["", "rank"])).then(role.struct.field("n"))
+    return lines.with_columns(
+        tag_rank=tagged_global,
+        tag_local=local.cast(pl.Int32, strict=False),
+        payload_rank=pl.col("text").str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False),
+        prefix_len=prefix.str.len_chars().fill_null(0),
+    )
+
+
+def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
+    """Rank per line: prefix tag, else the file's single tagged rank, else file name, else payload.
+
+    A bare local rank is the last resort: it equals the global rank on one node only.
+    """
+    per_file = pl.col("tag_rank").drop_nulls().unique().len().over("file")
+    file_tag = pl.col("tag_rank").drop_nulls().first().over("file")
+    single_tag = pl.when(per_file == 1).then(file_tag)
+    # torchrun's `[default3]:` is a local rank; learn local -> global from lines carrying both.
+    local_to_global = pl.when(pl.col("tag_local").is_not_null()).then(
+        pl.col("tag_rank").drop_nulls().mode().first().over(["file", "tag_local"])
+    )
+    return lines.join(files.lazy(), on="file", how="left").with_columns(
+        rank=pl.coalesce(
+            "tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", "tag_local"
+        ).cast(pl.Int32),
+        local_rank=pl.coalesce("tag_local", "name_local").cast(pl.Int32),
+    )
+
+
+def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """`block` = first line of the traceback/stack a line belongs to (its own line otherwise)."""
+    payload = pl.col("text").str.slice(pl.col("prefix_len"))
+    stream = ["file", "stream_rank"]
+    return (
+        lines.with_columns(stream_rank=pl.col("rank").fill_null(-1), cont=payload.str.contains(CONTINUATION))
+        .with_columns(prev_cont=pl.col("cont").shift(1).over(stream, order_by="line").fill_null(False))
+        .with_columns(
+            block=pl.when(~pl.col("cont") & ~pl.col("prev_cont"))
+            .then(pl.col("line"))
+            .forward_fill()
+            .over(stream, order_by="line")
+        )
+        .with_columns(pl.col("block").fill_null(pl.col("line")))
+    )
+
+
+def _host_from_nccl(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Host of each (file, rank) from its NCCL line prefixes `host:pid:tid [dev] NCCL`."""
+    host = pl.col("text").str.extract(NCCL_HOST)
+    return lines.with_columns(
+        host=host.drop_nulls().mode().first().over(["file", pl.col("rank").fill_null(-1)])
+    )
+
+
+def read_text_files(root: Path, files: Iterable[TextFile]) -> tuple[pl.DataFrame, list[FileStatus], pl.DataFrame]:
+    """Read text files into (LINES frame, per-file statuses, rank-conflict findings)."""
+    items = list(files)
+    frames, statuses = [], []
+    for item in items:
+        frame, status = _file_frame(root, item)
+        frames.append(frame)
+        statuses.append(status)
+    if not items or all(f.is_empty() for f in frames):
+        return empty(LINES), statuses, empty(FINDINGS)
+    names = pl.DataFrame(
+        {
+            "file": [i.path for i in items],
+            "name_rank": [i.rank for i in items],
+            "name_local": [i.local_rank for i in items],
+        },
+        schema={"file": pl.String, "name_rank": pl.Int32, "name_local": pl.Int32},
+    )
+    raw = pl.concat(frames, how="vertical_relaxed")
+    cleaned = (
+        raw.lazy()
+        .with_columns(pl.col("raw").str.replace_all(ANSI, "").str.split("\r"))
+        .explode("raw")
+        .rename({"raw": "text"})
+        .filter(pl.col("text").str.strip_chars().str.len_chars() > 0)
+    )
+    year = infer_year(raw["raw"].head(200_000), fallback=_mtime_year(root, items))
+    lines = _prefix_ranks(cleaned)
+    lines = _resolve_ranks(lines, names)
+    lines = _blocks(lines)
+    lines = _host_from_nccl(lines).with_columns(time=line_time(pl.col("text"), year)).collect()
+    conflicts = _rank_conflicts(lines)
+    return conform(lines, LINES), statuses, conflicts
+
+
+def _mtime_year(root: Path, items: list[TextFile]) -> int:
+    import datetime as dt
+
+    for item in items:
+        try:
+            return dt.datetime.fromtimestamp((root / item.path).stat().st_mtime, dt.UTC).year
+        except OSError:
+            continue
+    return dt.datetime.now(dt.UTC).year
+
+
+def _rank_conflicts(lines: pl.DataFrame) -> pl.DataFrame:
+    """Files named for one rank whose prefixes consistently name another."""
+    per_file = (
+        lines.filter(pl.col("tag_rank").is_not_null() & pl.col("name_rank").is_not_null())
+        .group_by("file")
+        .agg(
+            pl.col("name_rank").first(),
+            pl.col("tag_rank").unique().alias("tags"),
+            pl.col("line").first(),
+            pl.col("text").first(),
+        )
+        .filter((pl.col("tags").list.len() == 1) & (pl.col("tags").list.first() != pl.col("name_rank")))
+    )
+    if per_file.is_empty():
+        return empty(FINDINGS)
+    return conform(
+        per_file.with_columns(
+            pattern=pl.lit("INPUT001"),
+            title=pl.lit("File name and line prefixes disagree on the rank"),
+            category=pl.lit("UNKNOWN"),
+            severity=pl.lit("warning"),
+            role=pl.lit("event"),
+            rank=pl.col("tags").list.first(),
+            captures=pl.format(
+                '{{"file_name_rank": {}, "prefix_rank": {}}}', pl.col("name_rank"), pl.col("tags").list.first()
+            ),
+        ),
+        FINDINGS,
+    )

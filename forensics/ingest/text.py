@@ -1,0 +1,115 @@
+"""Read an input file's bytes safely: decompress, bound, decode. Never raise on content.
+
+Truncated gzip/zstd streams (a job killed mid-write) yield what could be recovered plus
+a problem string; invalid UTF-8 is replaced, not fatal. Files are read whole but under
+a byte cap, so a hostile "log" cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+MAX_DECOMPRESSED_BYTES = 4 << 30  # 4 GiB of text per file is already far past any rank log
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Payload:
+    data: bytes
+    problem: str | None = None  # set when only part of the file could be read
+
+
+def compression_of(head: bytes) -> str | None:
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def _gunzip(raw: bytes, limit: int) -> Payload:
+    out = bytearray()
+    data = raw
+    while data:
+        decoder = zlib.decompressobj(wbits=31)
+        try:
+            out += decoder.decompress(data, limit - len(out))
+        except zlib.error as exc:
+            return Payload(bytes(out), f"corrupt gzip data after {len(out)} bytes ({exc})")
+        if decoder.unconsumed_tail:
+            return Payload(bytes(out), f"decompressed size exceeds {limit} bytes; rest not read")
+        if not decoder.eof:
+            return Payload(bytes(out), f"truncated gzip stream after {len(out)} bytes")
+        data = decoder.unused_data  # concatenated gzip members (e.g. appended rotations)
+    return Payload(bytes(out))
+
+
+def _unzstd(raw: bytes, limit: int) -> Payload:
+    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    out = bytearray()
+    try:
+        while len(out) < limit:
+            chunk = reader.read(CHUNK)
+            if not chunk:
+                break
+            out += chunk
+    except zstandard.ZstdError as exc:
+        return Payload(bytes(out), f"corrupt or truncated zstd stream after {len(out)} bytes ({exc})")
+    if len(out) >= limit:
+        return Payload(bytes(out[:limit]), f"decompressed size exceeds {limit} bytes; rest not read")
+    return Payload(bytes(out))
+
+
+def read_bytes(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> Payload:
+    """The file's content, decompressed when it is gzip or zstd (by magic, not by name)."""
+    with path.open("rb") as handle:
+        raw = handle.read(limit + 1)
+    kind = compression_of(raw[:4])
+    if kind == "gzip":
+        return _gunzip(raw, limit)
+    if kind == "zstd":
+        return _unzstd(raw, limit)
+    if len(raw) > limit:
+        return Payload(raw[:limit], f"file exceeds {limit} bytes; rest not read")
+    return Payload(raw)
+
+
+def read_head(path: Path, size: int = 64 << 10) -> bytes:
+    """The first `size` bytes of content (decompressed), for sniffing the kind of a file."""
+    with path.open("rb") as handle:
+        raw = handle.read(size)
+    kind = compression_of(raw[:4])
+    if kind == "gzip":
+        try:
+            return zlib.decompressobj(wbits=31).decompress(raw, size)
+        except zlib.error:
+            return b""
+    if kind == "zstd":
+        try:
+            return zstandard.ZstdDecompressor().stream_reader(raw).read(size)
+        except zstandard.ZstdError:
+            return b""
+    return raw
+
+
+def looks_binary(head: bytes) -> bool:
+    """NUL bytes or mostly non-text bytes in the head: not a log."""
+    if not head:
+        return False
+    if b"\x00" in head[:8192]:
+        return True
+    sample = head[:8192]
+    text_like = sum(1 for b in sample if b >= 32 or b in (9, 10, 13, 27))
+    return text_like / len(sample) < 0.85
+
+
+def decode(data: bytes) -> tuple[str, int]:
+    """UTF-8 text with invalid sequences replaced, and how many were replaced."""
+    text = data.decode("utf-8", errors="replace")
+    return text, text.count("\ufffd") - data.count(b"\xef\xbf\xbd")

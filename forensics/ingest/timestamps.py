@@ -1,0 +1,105 @@
+"""Find the first timestamp on each log line, vectorized, in the formats that occur.
+
+Formats (reference/formats.md): ISO 8601 and Python asctime (`2024-05-08 08:47:31,877`,
+`[2026-03-03 12:11:38]` NCCL WARN, `2024-04-29T14:55:41,679700+02:00`), nvidia-smi
+(`2024/01/05 10:11:12.345`), glog from c10 and torchrun (`E1206 18:44:12.715298746`,
+`E0709 17:05:39.816000`, month*100+day, no year), ctime (`Fri Aug 30 11:43:09 2024`) and
+syslog (`May 18 19:02:39`, no year). Lines with none keep a null time; nothing is
+invented. Times without a zone are taken as UTC (logs rarely state their zone); an
+explicit offset is applied. c10's 9-digit fraction is a monotonic clock, not wall time
+(formats.md 2.1), so it is dropped: those lines are exact to the second only.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.schema import TIME
+
+MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
+
+ISO = (
+    r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+    r"(?:[.,](?P<f>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?"
+)
+SLASH = r"(?P<y>\d{4})/(?P<mo>\d{2})/(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?"
+GLOG = r"(?:^|[\[\s:])[IWEF](?P<md>\d{3,4}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\.(?P<f>\d{6,9})\b"
+CTIME = r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) (?P<y>\d{4})\b"
+SYSLOG = r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\b"
+
+
+def _int(groups: pl.Expr, name: str) -> pl.Expr:
+    return groups.struct.field(name).cast(pl.Int32, strict=False)
+
+
+def _micros(fraction: pl.Expr) -> pl.Expr:
+    """'877' -> 877000, '715298746' -> 715298 (first six digits, right-padded)."""
+    return fraction.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int32, strict=False).fill_null(0)
+
+
+def _month(name: pl.Expr) -> pl.Expr:
+    return name.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
+
+
+def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.Expr, us: pl.Expr) -> pl.Expr:
+    valid = mo.is_between(1, 12) & d.is_between(1, 31) & h.is_between(0, 23) & mi.is_between(0, 59) & s.is_between(0, 60)
+    stamp = pl.datetime(y, mo, d, h, mi, s.clip(0, 59), us, time_unit="us", time_zone="UTC")
+    return pl.when(valid).then(stamp)
+
+
+def _offset_minutes(tz: pl.Expr) -> pl.Expr:
+    digits = tz.str.replace(":", "", literal=True)
+    sign = pl.when(digits.str.starts_with("-")).then(-1).otherwise(1)
+    hours = digits.str.slice(1, 2).cast(pl.Int32, strict=False)
+    minutes = digits.str.slice(3, 2).cast(pl.Int32, strict=False)
+    return (sign * (hours * 60 + minutes)).fill_null(0)
+
+
+def line_time(text: pl.Expr, default_year: int) -> pl.Expr:
+    """Expression: the first recognizable timestamp in `text` as UTC Datetime(us), or null.
+
+    `default_year` fills formats that carry no year (glog, syslog); pick it from the
+    incident's own full timestamps (see `infer_year`).
+    """
+    iso = text.str.extract_groups(ISO)
+    iso_time = _build(
+        _int(iso, "y"), _int(iso, "mo"), _int(iso, "d"), _int(iso, "h"), _int(iso, "mi"), _int(iso, "s"),
+        _micros(iso.struct.field("f")),
+    ) - pl.duration(minutes=_offset_minutes(iso.struct.field("tz").fill_null("")))
+
+    slash = text.str.extract_groups(SLASH)
+    slash_time = _build(
+        _int(slash, "y"), _int(slash, "mo"), _int(slash, "d"), _int(slash, "h"), _int(slash, "mi"),
+        _int(slash, "s"), _micros(slash.struct.field("f")),
+    )
+
+    glog = text.str.extract_groups(GLOG)
+    month_day = _int(glog, "md")
+    fraction = glog.struct.field("f")
+    # 9 digits: c10's monotonic nanoseconds, not wall time -> second precision only.
+    glog_us = pl.when(fraction.str.len_chars() == 9).then(pl.lit(0, pl.Int32)).otherwise(_micros(fraction))
+    glog_time = _build(
+        pl.lit(default_year, pl.Int32), month_day // 100, month_day % 100, _int(glog, "h"), _int(glog, "mi"),
+        _int(glog, "s"), glog_us,
+    )
+
+    ctime = text.str.extract_groups(CTIME)
+    ctime_time = _build(
+        _int(ctime, "y"), _month(ctime.struct.field("mon")), _int(ctime, "d"), _int(ctime, "h"),
+        _int(ctime, "mi"), _int(ctime, "s"), pl.lit(0, pl.Int32),
+    )
+
+    syslog = text.str.extract_groups(SYSLOG)
+    syslog_time = _build(
+        pl.lit(default_year, pl.Int32), _month(syslog.struct.field("mon")), _int(syslog, "d"), _int(syslog, "h"),
+        _int(syslog, "mi"), _int(syslog, "s"), pl.lit(0, pl.Int32),
+    )
+    return pl.coalesce(iso_time, slash_time, glog_time, ctime_time, syslog_time).cast(TIME)
+
+
+def infer_year(texts: pl.Series, fallback: int) -> int:
+    """The most common 4-digit year among full timestamps, for formats that omit it."""
+    years = texts.str.extract(r"\b((?:19|20)\d\d)[-/]\d{2}[-/]\d{2}[ T_]\d{2}:").drop_nulls()
+    if years.is_empty():
+        return fallback
+    return int(years.mode().sort()[0])

@@ -1,0 +1,224 @@
+"""postmortem.md: verdict first, then the evidence that supports it, then everything else.
+
+Renders what the verdict and passes produced; computes nothing new. Every claim cites
+`file:line`. Long tables (1,024 ranks) are summarized, never listed in full.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from forensics import sources
+from forensics.analyze import Analysis
+from forensics.report.markup import cell, code, code_block, ranges, table, where
+
+MAX_RANK_ROWS = 32
+MAX_CONTEXT_LINES = 30
+
+
+def _headline(analysis: Analysis) -> list[str]:
+    v = analysis.verdict
+    out = [f"# Postmortem: {cell(analysis.incident.root.name)}", ""]
+    out.append(f"**Verdict: `{v.category}`** ({v.state}, confidence {v.confidence:.2f}) — {cell(v.summary, 400)}")
+    out.append("")
+    facts = []
+    if v.culprit_ranks:
+        facts.append(f"- **Culprit rank(s):** {ranges(v.culprit_ranks)}")
+    if v.culprit_hosts:
+        facts.append(f"- **Host(s):** {', '.join(cell(h) for h in v.culprit_hosts)}")
+    for gpu in v.culprit_gpus:
+        facts.append(f"- **GPU:** {cell(gpu.get('host'))} GPU {cell(gpu.get('gpu'))} (PCI {cell(gpu.get('pci_bus_id'))})")
+    if v.first_failure:
+        ff = v.first_failure
+        when = ff.get("time") or "time UNKNOWN"
+        facts.append(f"- **First failure:** {where(ff['file'], ff['line'])} at {when}: {code(_short(ff['text']))}")
+    if not v.culprit_ranks and v.category not in ("NO_FAILURE",):
+        facts.append("- **Culprit rank(s):** UNKNOWN")
+    return out + facts + [""]
+
+
+def _short(text: str | None, limit: int = 300) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _triage(analysis: Analysis) -> list[str]:
+    return ["## Triage", ""] + [f"- {cell(note, 400)}" for note in analysis.verdict.triage] + [""]
+
+
+def _context(analysis: Analysis, file: str, line: int | None) -> list[str]:
+    """The traceback/stack block around a cited line, numbered like an editor shows it."""
+    lines = analysis.incident.lines
+    if line is None or lines.is_empty():
+        return []
+    hit = lines.filter((pl.col("file") == file) & (pl.col("line") == line))
+    if hit.is_empty():
+        return []
+    block, rank = hit["block"][0], hit["rank"][0]
+    same_stream = (pl.col("rank") == rank) if rank is not None else pl.col("rank").is_null()
+    context = lines.filter((pl.col("file") == file) & (pl.col("block") == block) & same_stream)
+    if context.height <= 1:
+        context = lines.filter((pl.col("file") == file) & pl.col("line").is_between(line - 3, line + 3))
+    context = context.sort("line").tail(MAX_CONTEXT_LINES)
+    return [f"{n:>6}  {t}" for n, t in context.select("line", "text").iter_rows()]
+
+
+def _evidence(analysis: Analysis) -> list[str]:
+    v = analysis.verdict
+    if not v.hypotheses:
+        return []
+    top = v.hypotheses[0]
+    out = ["## Evidence", ""]
+    if v.first_failure:
+        context = _context(analysis, v.first_failure["file"], v.first_failure["line"])
+        if context:
+            out += [f"First failure in {where(v.first_failure['file'], v.first_failure['line'])}:", "", code_block(context), ""]
+    rows = [
+        (where(e["file"], e["line"]), cell(e["rank"]), cell(e["time"]), cell(e["pattern"]), cell(e["role"]), code(_short(e["text"], 200)))
+        for e in top.evidence
+    ]
+    out += [table(["where", "rank", "time", "pattern", "role", "line"], rows), ""]
+    return out
+
+
+def _timeline(analysis: Analysis) -> list[str]:
+    """The first failure and its cascade: the earliest finding of each rank, in time order."""
+    findings = analysis.incident.findings.filter(pl.col("role") != "event", pl.col("severity") != "info")
+    if findings.is_empty():
+        return []
+    firsts = (
+        findings.filter(pl.col("rank").is_not_null())
+        .sort([pl.col("time").is_null(), "time", "file", "line"])
+        .group_by("rank", maintain_order=True)
+        .first()
+    )
+    unranked = findings.filter(pl.col("rank").is_null()).sort([pl.col("time").is_null(), "time"]).head(5)
+    events = pl.concat([firsts.select(findings.columns), unranked]).sort([pl.col("time").is_null(), "time", "file", "line"])
+    rows = []
+    shown = events.head(20)
+    for e in shown.iter_rows(named=True):
+        when = e["time"].strftime("%Y-%m-%d %H:%M:%S") if e["time"] else "—"
+        rows.append((when, cell(e["rank"]), cell(e["host"]), cell(e["title"]), cell(e["role"]), where(e["file"], e["line"])))
+    out = ["## Timeline", "", "Earliest failure evidence per rank (cascade included), in time order:", ""]
+    out += [table(["time (UTC)", "rank", "host", "event", "role", "where"], rows)]
+    if events.height > shown.height:
+        out.append(f"\n… and {events.height - shown.height} more ranks with later evidence (see verdict.json).")
+    return out + [""]
+
+
+def _hypotheses(analysis: Analysis) -> list[str]:
+    hyps = analysis.verdict.hypotheses
+    if len(hyps) < 2:
+        return []
+    rows = [
+        (f"`{h.category}`", f"{h.score:.2f}", cell(ranges(h.culprit_ranks)) if h.culprit_ranks else "—", cell(h.summary, 200),
+         where(h.evidence[0]["file"], h.evidence[0]["line"]) if h.evidence else "—")
+        for h in hyps
+    ]
+    return ["## Hypotheses considered", "", table(["category", "score", "ranks", "summary", "first evidence"], rows), ""]
+
+
+def _ranks(analysis: Analysis) -> list[str]:
+    ranks = analysis.incident.ranks
+    if ranks.is_empty():
+        return []
+    out = ["## Ranks", ""]
+    interesting = ranks.filter(pl.col("status") != "healthy")
+    if ranks.height <= MAX_RANK_ROWS:
+        shown = ranks
+    else:
+        groups = ranks.group_by("status").agg(pl.col("rank"), pl.len()).sort("len", descending=True)
+        rows = [(cell(s), str(n), cell(ranges(r), 300)) for s, r, n in groups.select("status", "rank", "len").iter_rows()]
+        out += [f"{ranks.height} ranks, by status:", "", table(["status", "ranks", "which"], rows), ""]
+        shown = interesting.head(MAX_RANK_ROWS)
+        if shown.is_empty():
+            return out
+        out += [f"First {shown.height} ranks that did not end healthy:", ""]
+    rows = []
+    for r in shown.iter_rows(named=True):
+        last = r["last_time"].strftime("%H:%M:%S") if r["last_time"] else "—"
+        first_error = f"{where(r['first_error_file'], r['first_error_line'])} {cell(r['first_error_pattern'])}" if r["first_error_file"] else "—"
+        rows.append((str(r["rank"]), cell(r["host"]), cell(r["status"]), cell(r["last_step"]), last, first_error))
+    out += [table(["rank", "host", "status", "last step", "last line at", "first error"], rows), ""]
+    return out
+
+
+def _fixes(analysis: Analysis) -> list[str]:
+    v = analysis.verdict
+    if not v.hypotheses:
+        return []
+    fixes = v.hypotheses[0].fixes
+    out = ["## What to do now", ""] + [f"1. {cell(f, 400)}" for f in fixes["immediate"]]
+    out += ["", "## How to prevent it", ""] + [f"- {cell(f, 400)}" for f in fixes["structural"]]
+    return out + [""]
+
+
+def _whys(analysis: Analysis) -> list[str]:
+    v = analysis.verdict
+    if not v.whys:
+        return []
+    out = ["## Five Whys", ""] + [f"{i}. Why? {cell(w, 400)}" for i, w in enumerate(v.whys, start=1)]
+    out += ["", "## Prevention checklist", ""] + [f"- [ ] {cell(c, 300)}" for c in v.checklist]
+    return out + [""]
+
+
+def _unmatched(analysis: Analysis) -> list[str]:
+    frame = analysis.unmatched
+    if frame.is_empty():
+        return []
+    rows = [
+        (str(r["count"]), str(r["ranks"]), where(r["file"], r["line"]), code(_short(r["text"], 200)))
+        for r in frame.iter_rows(named=True)
+    ]
+    out = ["## Unmatched error lines", "", "Error-like lines no pattern explains, clustered by template (most frequent first):", ""]
+    return out + [table(["count", "ranks", "first seen", "example"], rows), ""]
+
+
+def _inputs(analysis: Analysis) -> list[str]:
+    inputs = analysis.incident.inputs.sort("path")
+    counts = inputs.group_by("status").len().sort("status")
+    summary = ", ".join(f"{n} {s}" for s, n in counts.iter_rows())
+    rows = [
+        (code(r["path"]), cell(r["kind"]), cell(r["rank"]), cell(r["status"]), cell(r["lines"]), cell(r["problem"]))
+        for r in inputs.head(200).iter_rows(named=True)
+    ]
+    out = ["## Inputs", "", f"{inputs.height} files: {summary}.", ""]
+    out += [table(["file", "kind", "rank", "status", "lines", "problem"], rows)]
+    if inputs.height > 200:
+        out.append(f"\n… {inputs.height - 200} more files (all listed in verdict.json).")
+    return out + [""]
+
+
+def _extra_sections(analysis: Analysis) -> list[str]:
+    out: list[str] = []
+    for render in sources.SECTIONS:
+        text = render(analysis.incident)
+        if text:
+            out += [text.rstrip(), ""]
+    return out
+
+
+def _figures(figures: list[Any]) -> list[str]:
+    if not figures:
+        return []
+    return ["## Figures", ""] + [f"![{cell(p.stem)}](figures/{p.name})" for p in figures] + [""]
+
+
+def render_markdown(analysis: Analysis, figures: list[Any] | None = None) -> str:
+    parts = (
+        _headline(analysis)
+        + _triage(analysis)
+        + _evidence(analysis)
+        + _timeline(analysis)
+        + _hypotheses(analysis)
+        + _ranks(analysis)
+        + _fixes(analysis)
+        + _whys(analysis)
+        + _extra_sections(analysis)
+        + _figures(figures or [])
+        + _unmatched(analysis)
+        + _inputs(analysis)
+    )
+    return "\n".join(parts).rstrip() + "\n"

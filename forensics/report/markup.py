@@ -1,0 +1,71 @@
+"""Safe markdown building blocks: log text is hostile (backticks, pipes, HTML, markdown).
+
+Table cells escape what would break the table or render as markup; quoted log lines go
+in fenced blocks whose fence is longer than any backtick run inside them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+_CELL_ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " ", "`": "'"})
+_MARKDOWN_SPECIALS = re.compile(r"([\\*_\[\]#~])")
+MAX_CELL = 160
+
+
+def cell(value: object, limit: int = MAX_CELL) -> str:
+    """A table cell: escaped, single line, cut at `limit` characters."""
+    if value is None:
+        return "—"
+    text = str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", text.translate(_CELL_ESCAPES))
+
+
+def code(value: object) -> str:
+    """Inline code that survives backticks in the text."""
+    text = str(value).replace("\n", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(lines: Iterable[str], language: str = "text") -> str:
+    body = "\n".join(lines)
+    longest = max((len(m) for m in re.findall(r"`{3,}", body)), default=2)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{body}\n{fence}"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def where(file: str | None, line: int | None) -> str:
+    """`file:line` citation (file alone when the evidence has no line)."""
+    if file is None:
+        return "—"
+    return code(f"{file}:{line}" if line is not None else file)
+
+
+def ranges(values: Iterable[int]) -> str:
+    """[0,1,2,3,7,9,10] -> '0-3, 7, 9-10': how 1,024 ranks fit in one cell."""
+    ordered = sorted(set(values))
+    parts: list[str] = []
+    start = prev = None
+    for v in ordered:
+        if start is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = v
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ", ".join(parts)

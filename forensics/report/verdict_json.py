@@ -1,0 +1,109 @@
+"""verdict.json exactly as CONTRACT.md specifies (schema_version 1), plus extra fields."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from forensics import __version__
+from forensics.analyze import Analysis
+
+SCHEMA_VERSION = 1
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
+
+
+def _ranks(analysis: Analysis) -> list[dict[str, Any]]:
+    rows = []
+    for r in analysis.incident.ranks.iter_rows(named=True):
+        rows.append(
+            {
+                "rank": r["rank"],
+                "host": r["host"],
+                "status": r["status"],
+                "first_time": _iso(r["first_time"]),
+                "last_time": _iso(r["last_time"]),
+                "last_step": r["last_step"],
+                "first_error_file": r["first_error_file"],
+                "first_error_line": r["first_error_line"],
+                "first_error_pattern": r["first_error_pattern"],
+            }
+        )
+    return rows
+
+
+def _inputs(analysis: Analysis) -> list[dict[str, Any]]:
+    return [
+        {
+            "path": r["path"],
+            "kind": r["kind"],
+            "rank": r["rank"],
+            "host": r["host"],
+            "status": r["status"],
+            "problem": r["problem"],
+            "bytes": r["bytes"],
+            "lines": r["lines"],
+        }
+        for r in analysis.incident.inputs.sort("path").iter_rows(named=True)
+    ]
+
+
+def _table_records(analysis: Analysis, name: str) -> list[dict[str, Any]]:
+    table = analysis.incident.tables.get(name)
+    if table is None or table.is_empty():
+        return []
+    return json.loads(table.write_json())
+
+
+def verdict_document(analysis: Analysis) -> dict[str, Any]:
+    incident, verdict = analysis.incident, analysis.verdict
+    lines = incident.lines
+    hosts = sorted(set(lines["host"].drop_nulls().unique().to_list()) | set(incident.ranks["host"].drop_nulls().to_list()))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "incident": {
+            "path": incident.root.as_posix(),
+            "world_size": analysis.world_size,
+            "ranks_seen": sorted(int(r) for r in lines["rank"].drop_nulls().unique().to_list()),
+            "hosts": hosts,
+            "start": _iso(lines["time"].min()) if not lines.is_empty() else None,
+            "end": _iso(lines["time"].max()) if not lines.is_empty() else None,
+        },
+        "verdict": {
+            "category": str(verdict.category),
+            "state": verdict.state,
+            "summary": verdict.summary,
+            "culprit_ranks": verdict.culprit_ranks,
+            "culprit_hosts": verdict.culprit_hosts,
+            "culprit_gpus": verdict.culprit_gpus,
+            "first_failure": verdict.first_failure,
+            "confidence": verdict.confidence,
+        },
+        "hypotheses": [
+            {
+                "category": h.category,
+                "score": h.score,
+                "summary": h.summary,
+                "culprit_ranks": h.culprit_ranks,
+                "culprit_hosts": h.culprit_hosts,
+                "evidence": h.evidence,
+                "fixes": h.fixes,
+            }
+            for h in verdict.hypotheses
+        ],
+        "ranks": _ranks(analysis),
+        "stragglers": _table_records(analysis, "stragglers"),
+        "periodicity": _table_records(analysis, "periodicity"),
+        "correlations": _table_records(analysis, "correlations"),
+        "unmatched_errors": json.loads(analysis.unmatched.write_json()),
+        "inputs": _inputs(analysis),
+    }
+
+
+def render_json(analysis: Analysis) -> str:
+    return json.dumps(verdict_document(analysis), indent=2, default=str) + "\n"
+

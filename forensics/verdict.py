@@ -1,0 +1,314 @@
+"""Fuse all findings into ranked hypotheses and one verdict.
+
+Notes:
+    One hypothesis per category present among the failure findings. Its score adds:
+    the strongest role it has (initiating 0.55, symptom 0.35, cascade 0.20, teardown
+    0.10); how early its first initiating/symptom evidence is relative to the earliest
+    in the incident (up to 0.30, halving every ~80 s, so cross-host clock skew of a few
+    seconds barely matters); its worst severity (critical 0.10, error 0.05); and a small
+    specificity bonus (schema.CATEGORY_SPECIFICITY) that breaks ties the way an engineer
+    would: a dead GPU explains NCCL errors, a host OOM explains a SIGKILL.
+
+    Lines without a timestamp are ordered by the last timestamp before them in the
+    same file and rank ("order, not a made-up time"); evidence with no time at all
+    cannot be ordered, so it competes on role and specificity alone.
+
+    The crowd never wins by numbers: a thousand cascade timeouts score less than one
+    initiating line. Culprits are the ranks holding the leading category's earliest
+    evidence of its strongest role.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import polars as pl
+
+from forensics.catalog.load import Pattern
+from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
+
+ROLE_WEIGHT = {"initiating": 0.55, "symptom": 0.35, "cascade": 0.20, "teardown": 0.10}
+SEVERITY_WEIGHT = {"critical": 0.10, "error": 0.05, "warning": 0.0}
+EARLINESS_MAX = 0.30
+EARLINESS_HALF_LIFE_S = 80.0
+MAX_EVIDENCE = 12
+
+
+@dataclass
+class Hypothesis:
+    category: str
+    score: float
+    summary: str
+    culprit_ranks: list[int]
+    culprit_hosts: list[str]
+    culprit_gpus: list[dict[str, Any]]
+    evidence: list[dict[str, Any]]
+    fixes: dict[str, list[str]]
+    first: dict[str, Any] | None = None
+    roles: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    category: str
+    state: str
+    summary: str
+    confidence: float
+    culprit_ranks: list[int]
+    culprit_hosts: list[str]
+    culprit_gpus: list[dict[str, Any]]
+    first_failure: dict[str, Any] | None
+    hypotheses: list[Hypothesis]
+    whys: list[str]
+    checklist: list[str]
+    triage: list[str]
+
+
+def load_playbooks() -> dict[str, dict[str, Any]]:
+    text = resources.files("forensics").joinpath("data/playbooks.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _ordered(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Add `order_time`: the finding's time, else the last time seen before it in its stream."""
+    if lines.is_empty():
+        return findings.with_columns(order_time=pl.col("time"))
+    stream_time = (
+        lines.select("file", "line", "rank", "time")
+        .with_columns(
+            order_time=pl.col("time").forward_fill().over(["file", pl.col("rank").fill_null(-1)], order_by="line")
+        )
+        .group_by(["file", "line"])
+        .agg(pl.col("order_time").first())
+    )
+    return findings.join(stream_time, on=["file", "line"], how="left").with_columns(
+        order_time=pl.coalesce("time", "order_time")
+    )
+
+
+def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    rows = []
+    for row in frame.head(MAX_EVIDENCE).iter_rows(named=True):
+        rows.append(
+            {
+                "file": row["file"],
+                "line": row["line"],
+                "rank": row["rank"],
+                "host": row["host"],
+                "time": _iso(row["time"]),
+                "text": row["text"],
+                "pattern": row["pattern"],
+                "role": row["role"],
+            }
+        )
+    return rows
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%S") + "Z" if value is not None else None
+
+
+def _culprits(group: pl.DataFrame) -> pl.DataFrame:
+    """Rows of the category's strongest role, keeping each rank's earliest."""
+    best_role = min(group["role"].unique().to_list(), key=lambda r: -ROLE_WEIGHT.get(r, 0))
+    strongest = group.filter(pl.col("role") == best_role)
+    return strongest.sort([pl.col("order_time").is_null(), "order_time", "file", "line"])
+
+
+def _gpus(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    gpus = (
+        rows.filter(pl.col("gpu").is_not_null() | pl.col("pci_bus_id").is_not_null())
+        .select("host", "gpu", "pci_bus_id")
+        .unique(maintain_order=True)
+    )
+    return [dict(r) for r in gpus.iter_rows(named=True)]
+
+
+def _fixes(patterns: dict[str, Pattern], pattern_ids: list[str], playbook: dict[str, Any]) -> dict[str, list[str]]:
+    immediate: list[str] = []
+    structural: list[str] = []
+    for pid in pattern_ids:
+        pattern = patterns.get(pid)
+        if pattern:
+            immediate += [f for f in pattern.immediate if f not in immediate]
+            structural += [f for f in pattern.structural if f not in structural]
+    # The category playbook only fills in where the matched patterns say little.
+    if len(immediate) < 3:
+        immediate += [f for f in playbook.get("immediate", []) if f not in immediate]
+    if len(structural) < 3:
+        structural += [f for f in playbook.get("structural", []) if f not in structural]
+    return {"immediate": immediate[:6], "structural": structural[:6]}
+
+
+def _who(ranks: list[int], hosts: list[str]) -> str:
+    if not ranks:
+        return "The job"
+    shown = ", ".join(str(r) for r in ranks[:4]) + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
+    noun = "Rank" if len(ranks) == 1 else "Ranks"
+    where = f" ({', '.join(hosts[:3])})" if hosts else ""
+    return f"{noun} {shown}{where}"
+
+
+def build_hypotheses(
+    findings: pl.DataFrame, lines: pl.DataFrame, patterns: dict[str, Pattern], playbooks: dict[str, Any]
+) -> list[Hypothesis]:
+    failures = findings.filter(pl.col("role") != "event", pl.col("severity") != "info")
+    if failures.is_empty():
+        return []
+    failures = _ordered(failures, lines)
+    leading = failures.filter(pl.col("role").is_in(["initiating", "symptom"]))
+    t0 = leading["order_time"].min() if not leading.is_empty() else None
+
+    hypotheses = []
+    for (category,), group in failures.group_by("category", maintain_order=True):
+        best_role = max(ROLE_WEIGHT.get(r, 0) for r in group["role"].unique())
+        worst = max(group["severity"].unique().to_list(), key=lambda s: SEVERITY_ORDER.get(s, 0))
+        lead = group.filter(pl.col("role").is_in(["initiating", "symptom"]))
+        earliness = 0.0
+        if not lead.is_empty():
+            first_time = lead["order_time"].min()
+            if first_time is None or t0 is None:
+                earliness = EARLINESS_MAX - 0.001
+            else:
+                delay = max((first_time - t0).total_seconds(), 0.0)
+                earliness = EARLINESS_MAX * math.pow(0.5, delay / EARLINESS_HALF_LIFE_S)
+        score = best_role + earliness + SEVERITY_WEIGHT.get(worst, 0) + 0.004 * CATEGORY_SPECIFICITY.get(category, 0)
+
+        culprit_rows = _culprits(group)
+        ranks = [int(r) for r in culprit_rows["rank"].drop_nulls().unique(maintain_order=True).to_list()]
+        if best_role < ROLE_WEIGHT["symptom"]:
+            ranks = []  # the crowd alone does not name a culprit
+        hosts = [h for h in culprit_rows["host"].drop_nulls().unique(maintain_order=True).to_list()]
+        evidence_frame = group.sort(
+            [pl.col("role").replace_strict(ROLE_WEIGHT, default=0.0), pl.col("order_time").is_null(), "order_time"],
+            descending=[True, False, False],
+        )
+        playbook = playbooks.get(category, {})
+        first = _evidence_rows(culprit_rows.head(1))
+        hypotheses.append(
+            Hypothesis(
+                category=category,
+                score=round(min(score, 1.0), 3),
+                summary=f"{_who(ranks, hosts)} {playbook.get('what', 'failed')}.",
+                culprit_ranks=ranks,
+                culprit_hosts=hosts,
+                culprit_gpus=_gpus(culprit_rows),
+                evidence=_evidence_rows(evidence_frame),
+                fixes=_fixes(patterns, evidence_frame["pattern"].unique(maintain_order=True).to_list(), playbook),
+                first=first[0] if first else None,
+                roles=group["role"].unique().sort().to_list(),
+            )
+        )
+    return sorted(hypotheses, key=lambda h: (-h.score, h.category))
+
+
+def _confidence(hypotheses: list[Hypothesis]) -> float:
+    top = hypotheses[0].score
+    runner_up = hypotheses[1].score if len(hypotheses) > 1 else 0.0
+    margin = (top - runner_up) / top if top else 0.0
+    return round(min(0.99, top * (0.6 + 0.4 * margin)), 2)
+
+
+def _state(category: str, ranks: pl.DataFrame) -> str:
+    if category == Category.NO_FAILURE:
+        return "healthy"
+    if category == Category.STRAGGLER:
+        return "slow"
+    if category == Category.COLLECTIVE_TIMEOUT:
+        return "hung"
+    if category == Category.NUMERICAL:
+        crashed = not ranks.is_empty() and ranks["status"].is_in(["crashed", "killed"]).any()
+        return "crashed" if crashed else "diverged"
+    if category == Category.UNKNOWN:
+        return "unknown"
+    return "crashed"
+
+
+def _cascade_note(findings: pl.DataFrame, culprits: list[int]) -> str:
+    crowd = findings.filter(pl.col("role").is_in(["cascade"]) & pl.col("rank").is_not_null())
+    others = crowd.filter(~pl.col("rank").is_in(culprits))["rank"].n_unique() if not crowd.is_empty() else 0
+    return f" {others} other rank{'s' if others != 1 else ''} then failed in cascade." if others else ""
+
+
+def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFrame, ranks: pl.DataFrame, world: int | None) -> list[str]:
+    """The investigation protocol's first two questions: when did it fail, and how many ranks."""
+    notes = []
+    start = lines["time"].min() if not lines.is_empty() else None
+    first_time = first.get("time") if first else None
+    if start is not None and first_time:
+        elapsed = (datetime.fromisoformat(first_time.replace("Z", "+00:00")) - start).total_seconds()
+        if elapsed < 300:
+            notes.append(f"Failed {elapsed:.0f} s after the first log line: early failures point to configuration or environment.")
+        elif elapsed < 3 * 3600:
+            notes.append(f"Failed {elapsed / 60:.0f} min into the run: after warm-up, look at numerics and resources (memory, data).")
+        else:
+            notes.append(f"Failed {elapsed / 3600:.1f} h into the run: late failures point to hardware or rare races.")
+    else:
+        notes.append("Time into the run: UNKNOWN (the failing lines carry no timestamps).")
+    if not ranks.is_empty():
+        failed = ranks.filter(pl.col("status").is_in(["crashed", "killed"]))["rank"].to_list()
+        total = world or ranks.height
+        if verdict_category == Category.NO_FAILURE:
+            notes.append(f"All {total} ranks seen ended without a failure signature.")
+        elif len(failed) == 1:
+            notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
+        elif failed:
+            notes.append(f"{len(failed)} of {total} ranks failed first-hand: a shared cause (data, config, network, code) is likely.")
+        missing = ranks.filter(pl.col("status") == "missing")["rank"].to_list()
+        if missing:
+            notes.append(f"{len(missing)} rank(s) left no log at all: {', '.join(map(str, missing[:16]))}.")
+    return notes
+
+
+def decide(
+    findings: pl.DataFrame,
+    lines: pl.DataFrame,
+    ranks: pl.DataFrame,
+    unmatched: pl.DataFrame,
+    patterns: dict[str, Pattern],
+    world: int | None,
+) -> Verdict:
+    playbooks = load_playbooks()
+    hypotheses = build_hypotheses(findings, lines, patterns, playbooks)
+    if not hypotheses:
+        crashed_lines = unmatched.filter(pl.col("template").str.contains(r"(?:Error|Exception): "))
+        category = Category.UNKNOWN if not crashed_lines.is_empty() else Category.NO_FAILURE
+        if category == Category.UNKNOWN:
+            first_row = crashed_lines.sort(["file", "line"]).row(0, named=True)
+            first = {"rank": None, "time": None, "file": first_row["file"], "line": first_row["line"], "text": first_row["text"]}
+            summary = "The job failed with errors no known signature explains; see the unmatched error lines."
+            confidence = 0.3
+        else:
+            first, summary, confidence = None, "No failure signature found in the artifacts.", 0.8
+        playbook = playbooks[category]
+        return Verdict(
+            category=category, state=_state(category, ranks), summary=summary, confidence=confidence,
+            culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=[],
+            whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
+        )
+    top = hypotheses[0]
+    playbook = playbooks.get(top.category, {})
+    first = None
+    if top.first:
+        first = {k: top.first[k] for k in ("rank", "time", "file", "line", "text")}
+    summary = top.summary + _cascade_note(findings, top.culprit_ranks)
+    return Verdict(
+        category=top.category,
+        state=_state(top.category, ranks),
+        summary=summary,
+        confidence=_confidence(hypotheses),
+        culprit_ranks=top.culprit_ranks,
+        culprit_hosts=top.culprit_hosts,
+        culprit_gpus=top.culprit_gpus,
+        first_failure=first,
+        hypotheses=hypotheses,
+        whys=playbook.get("whys", []),
+        checklist=playbook.get("checklist", []),
+        triage=triage(top.category, first, lines, ranks, world),
+    )
+
