@@ -10,14 +10,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from forensics.incident import Incident
+from forensics.passes.correlation import correlate, explain_periodicity
+from forensics.passes.periodicity import find_periodicity
+from forensics.report.timing_section import render_timing
 
 Step = Callable[[Incident, Callable[[str], None]], None]
 
+
+def timing_pass(incident: Incident, progress: Callable[[str], None]) -> None:
+    """Recurring step-time spikes and the events that precede spikes or failures."""
+    correlations = correlate(incident.findings, incident.metrics)
+    incident.tables["periodicity"] = explain_periodicity(find_periodicity(incident.metrics), correlations)
+    incident.tables["correlations"] = correlations
+
+
 SOURCES: list[Step] = []
-PASSES: list[Step] = []
+PASSES: list[Step] = [timing_pass]
 
 # Markdown sections rendered from an incident's tables (collectives, GPU health, traces).
-SECTIONS: list[Callable[[Incident], str | None]] = []
+SECTIONS: list[Callable[[Incident], str | None]] = [render_timing]
 
 # Figure writers: (incident, figures directory) -> paths of the PNGs written.
 FIGURES: list[Callable[[Incident, Path], list[Path]]] = []
