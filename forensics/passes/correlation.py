@@ -33,7 +33,9 @@ CORRELATIONS = {
 def _effects(findings: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     times = step_times(metrics).filter(pl.col("time").is_not_null())
     spike_rows = [spikes(group) for _, group in times.group_by("rank")] if not times.is_empty() else []
-    frames = [s.select("time", effect=pl.lit("step_time_spike")) for s in spike_rows if not s.is_empty()]
+    # A spike is logged when its step ends; it started step_time_s earlier.
+    started = pl.col("time") - pl.duration(microseconds=(pl.col("step_time_s") * 1e6).cast(pl.Int64))
+    frames = [s.select(started.alias("time"), effect=pl.lit("step_time_spike")) for s in spike_rows if not s.is_empty()]
     failures = (
         findings.filter((pl.col("role") == "initiating") & pl.col("time").is_not_null())
         .sort("time")
