@@ -12,6 +12,7 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.passes.correlation import correlate, explain_periodicity
 from forensics.passes.periodicity import find_periodicity
+from forensics.passes.stragglers import find_stragglers
 from forensics.report.timing_section import render_timing
 
 Step = Callable[[Incident, Callable[[str], None]], None]
@@ -24,8 +25,15 @@ def timing_pass(incident: Incident, progress: Callable[[str], None]) -> None:
     incident.tables["correlations"] = correlations
 
 
+def straggler_pass(incident: Incident, progress: Callable[[str], None]) -> None:
+    """Ranks slower than their peers in their own logged step times."""
+    table, findings = find_stragglers(incident.metrics)
+    incident.tables["stragglers"] = table
+    incident.add_findings(findings)
+
+
 SOURCES: list[Step] = []
-PASSES: list[Step] = [timing_pass]
+PASSES: list[Step] = [timing_pass, straggler_pass]
 
 # Markdown sections rendered from an incident's tables (collectives, GPU health, traces).
 SECTIONS: list[Callable[[Incident], str | None]] = [render_timing]

@@ -1,0 +1,82 @@
+"""Ranks whose logged step times are persistently slower than their peers'.
+
+Notes:
+    Each rank's step time is compared with the median of all ranks at the same step.
+    A rank is a straggler when its median ratio is at least 1.2 and it is more than 10%
+    slower on at least 60% of the steps both logged: persistence separates a slow
+    component from one noisy step. In synchronous data-parallel training every rank's
+    wall-clock step time is set by the slowest, so this only sees stragglers when ranks
+    log their own compute time (or when they drift apart in time); traces and GPU
+    health see more. Needs at least two ranks with five common steps.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.passes.periodicity import step_times
+from forensics.schema import FINDINGS, conform, empty
+
+MIN_RATIO = 1.2
+SLOW_STEP_RATIO = 1.1
+MIN_SLOW_SHARE = 0.6
+MIN_COMMON_STEPS = 5
+
+STRAGGLERS = {"rank": pl.Int32, "slowdown": pl.Float64, "slow_share": pl.Float64, "steps": pl.Int64, "evidence": pl.String}
+
+
+def find_stragglers(metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stragglers table, FINDINGS) from per-rank step times."""
+    times = step_times(metrics).filter(pl.col("rank").is_not_null())
+    if times.is_empty() or times["rank"].n_unique() < 2:
+        return pl.DataFrame(schema=STRAGGLERS), empty(FINDINGS)
+    compared = (
+        times.with_columns(
+            peers=pl.len().over("step"),
+            step_median=pl.col("step_time_s").median().over("step"),
+        )
+        .filter(pl.col("peers") >= 2)
+        .with_columns(ratio=pl.col("step_time_s") / pl.col("step_median"))
+    )
+    per_rank = (
+        compared.group_by("rank")
+        .agg(
+            slowdown=pl.col("ratio").median(),
+            slow_share=(pl.col("ratio") > SLOW_STEP_RATIO).mean(),
+            steps=pl.len().cast(pl.Int64),
+            file=pl.col("file").first(),
+            line=pl.col("line").sort_by("ratio").last(),
+            median_s=pl.col("step_time_s").median(),
+            peer_median_s=pl.col("step_median").median(),
+        )
+        .filter(
+            (pl.col("steps") >= MIN_COMMON_STEPS)
+            & (pl.col("slowdown") >= MIN_RATIO)
+            & (pl.col("slow_share") >= MIN_SLOW_SHARE)
+        )
+        .sort("slowdown", descending=True)
+    )
+    if per_rank.is_empty():
+        return pl.DataFrame(schema=STRAGGLERS), empty(FINDINGS)
+    per_rank = per_rank.with_columns(
+        evidence=pl.format(
+            "median step {}s vs {}s for peers over {} steps; slower on {}% of steps",
+            pl.col("median_s").round(3),
+            pl.col("peer_median_s").round(3),
+            pl.col("steps"),
+            (pl.col("slow_share") * 100).round(0).cast(pl.Int64),
+        )
+    )
+    table = per_rank.select(list(STRAGGLERS)).with_columns(pl.col("slowdown").round(2), pl.col("slow_share").round(2))
+    cited = metrics.select("file", "line", "time").unique(["file", "line"])
+    findings = per_rank.join(cited, on=["file", "line"], how="left").with_columns(
+        pattern=pl.lit("STRAG001"),
+        title=pl.lit("Rank persistently slower than its peers (logged step times)"),
+        category=pl.lit("STRAGGLER"),
+        severity=pl.lit("warning"),
+        role=pl.lit("initiating"),
+        text=pl.format("rank {} is {}x slower than the median rank: {}", pl.col("rank"), pl.col("slowdown").round(2), pl.col("evidence")),
+        captures=pl.struct(slowdown=pl.col("slowdown").round(3), slow_share=pl.col("slow_share").round(3), steps="steps").struct.json_encode(),
+    )
+    return table, conform(findings, FINDINGS)
+
