@@ -1,0 +1,72 @@
+"""Load a pickle that may be hostile, building only plain data and never running code.
+
+A pickle is a program for a small stack machine; its GLOBAL/STACK_GLOBAL/INST opcodes
+import any callable and REDUCE/NEWOBJ/BUILD call it, which is how a "dump" runs
+`os.system`. Every way to get a callable onto that stack goes through
+`Unpickler.find_class` (or `persistent_load`), so refusing there leaves only dicts, lists,
+tuples, sets, str, bytes, int, float, bool and None to be built.
+
+One narrow exception: PyTorch's TorchScript pickler (which writes Flight Recorder dumps)
+wraps typed containers in `torch.jit._pickle.restore_type_tag(value, "Dict[str, Any]")`
+and may write int/float/bool lists via `build_intlist` & co. Those names resolve to the
+local pure functions below, never to torch, so a real dump loads without torch installed
+and nothing else can be named.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+MAX_PICKLE_BYTES = 512 << 20  # a 2,000-entry FR ring with stacks is a few MB
+
+
+class RefusedPickle(pickle.UnpicklingError):
+    """The pickle asked for something other than plain data."""
+
+
+def _restore_type_tag(value: Any, _type_name: str) -> Any:
+    return value
+
+
+def _as_list(values: Any) -> list:
+    if not isinstance(values, list):
+        raise RefusedPickle("typed-list helper applied to a non-list")
+    return values
+
+
+_TORCHSCRIPT_HELPERS = {
+    ("torch.jit._pickle", "restore_type_tag"): _restore_type_tag,
+    ("torch.jit._pickle", "build_intlist"): _as_list,
+    ("torch.jit._pickle", "build_floatlist"): _as_list,
+    ("torch.jit._pickle", "build_boollist"): _as_list,
+    ("torch.jit._pickle", "build_doublelist"): _as_list,
+}
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        helper = _TORCHSCRIPT_HELPERS.get((module, name))
+        if helper is None:
+            raise RefusedPickle(f"refused to import {module}.{name}")
+        return helper
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise RefusedPickle("refused a persistent id reference")
+
+
+def load_plain(data: bytes, max_bytes: int = MAX_PICKLE_BYTES) -> tuple[Any | None, str | None]:
+    """(object, None) for a plain-data pickle; (None, why) for anything else. Never raises."""
+    if len(data) > max_bytes:
+        return None, f"pickle is {len(data)} bytes, over the {max_bytes}-byte limit"
+    try:
+        return _DataOnlyUnpickler(io.BytesIO(data)).load(), None
+    except RefusedPickle as exc:
+        return None, f"unsafe pickle: {exc}"
+    except RecursionError:
+        return None, "malformed pickle: nesting too deep"
+    except MemoryError:
+        return None, "malformed pickle: would exhaust memory"
+    except Exception as exc:  # noqa: BLE001 -- truncated or corrupt input takes many shapes
+        return None, f"malformed pickle: {type(exc).__name__}: {exc}"
