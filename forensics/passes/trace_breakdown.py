@@ -1,0 +1,185 @@
+"""Per-rank GPU time breakdown of Kineto traces, with Holistic Trace Analysis 0.5.0's numbers.
+
+Users compare these figures with HTA's on the same traces, so the definitions are HTA's
+(see reference/hta-semantics.md), recomputed with whole-column Polars expressions:
+
+Notes:
+    * Ranks are aligned on the global minimum `ts`. When the traces hold two or more
+      distinct `ProfilerStep#N` names, each trace keeps its CPU events that start before
+      its last ProfilerStep and the GPU events launched by them (matched on
+      `correlation`). A trace without any ProfilerStep is then kept whole (HTA would
+      drop everything in it and fail).
+    * GPU event = a row with `args.stream` (kernels, memcpy, memset, cuda_sync).
+    * Kernel type by name, HTA's regexes: COMMUNICATION `^nccl.*Kernel` (so the
+      `ncclDevKernel_*` names of NCCL >= 2.19 count), MEMORY `^(Memcpy|Memset|dma)`,
+      COMPUTATION anything not matching `^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)`.
+    * Interval unions: sort by start, a new merged interval begins where the start
+      exceeds the running maximum of the previous ends (`shift` + `cum_max`).
+    * kernel_time = end of the last merged GPU interval - start of the first; idle =
+      kernel_time - |union(GPU)|; compute = |union(COMPUTATION)|; non_compute = the rest.
+      comp_comm_overlap = |union(COMM) & union(COMP)| / |union(COMM)|, undefined (None)
+      without communication kernels. Percentages are rounded half-to-even to 2 decimals.
+    * A trace without GPU events gets zeros and None percentages instead of an error.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.ingest.traces import TraceLoad
+
+COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
+
+_SYNC_NAMES = ["Event Sync", "Context Sync"]
+
+KERNEL_TYPE = (
+    pl.when(pl.col("name").str.contains(r"^nccl.*Kernel"))
+    .then(pl.lit(COMMUNICATION))
+    .when(pl.col("name").str.contains(r"^(?:Memcpy|Memset|dma)"))
+    .then(pl.lit(MEMORY))
+    .when(~pl.col("name").str.contains(r"^(?:nccl.*Kernel|.*Memcpy|Memset|.*Sync)"))
+    .then(pl.lit(COMPUTATION))
+    .otherwise(pl.lit(OTHER))
+    .alias("kernel_type")
+)
+
+
+def combined_events(loads: list[TraceLoad]) -> pl.DataFrame:
+    """All traces in one frame (`trace` = index in `loads`), aligned and step-filtered as HTA."""
+    frames = [
+        t.events.with_columns(pl.lit(i, pl.Int32).alias("trace"), pl.lit(t.rank, pl.Int32).alias("rank"))
+        for i, t in enumerate(loads)
+    ]
+    events = pl.concat(frames) if frames else pl.DataFrame()
+    if events.is_empty():
+        return events
+    origin = events["ts"].min()
+    events = events.with_columns(pl.col("ts") - origin, pl.col("end") - origin)
+    steps = events.filter(pl.col("name").str.contains("ProfilerStep", literal=True))["name"].n_unique()
+    return _drop_last_step(events) if steps >= 2 else events
+
+
+def _drop_last_step(events: pl.DataFrame) -> pl.DataFrame:
+    launched_on_gpu = (
+        (pl.col("stream").fill_null(-1) >= 0) & (pl.col("correlation").fill_null(-1) >= 0)
+    ) | pl.col("name").is_in(_SYNC_NAMES)
+    events = events.with_columns(launched_on_gpu.alias("_gpu"))
+    last_step = (
+        events.filter(~pl.col("_gpu") & pl.col("name").str.contains("ProfilerStep", literal=True))
+        .group_by("trace")
+        .agg(pl.col("ts").max().alias("_last_step"))
+    )
+    events = events.join(last_step, on="trace", how="left")
+    cpu = events.filter(~pl.col("_gpu") & (pl.col("_last_step").is_null() | (pl.col("ts") < pl.col("_last_step"))))
+    gpu = events.filter(pl.col("_gpu"))
+    unfiltered = gpu.filter(pl.col("_last_step").is_null())
+    launched = gpu.filter(pl.col("_last_step").is_not_null()).join(
+        cpu.select("trace", pl.col("correlation").fill_null(-1)).unique(), on=["trace", "correlation"], how="semi"
+    )
+    return pl.concat([launched, unfiltered, cpu]).drop("_gpu", "_last_step")
+
+
+def gpu_events(events: pl.DataFrame) -> pl.DataFrame:
+    """Rows that ran on a GPU stream, with their HTA kernel type."""
+    if events.is_empty():
+        return events
+    return events.filter(pl.col("stream").fill_null(-1) != -1).with_columns(KERNEL_TYPE)
+
+
+def merge_intervals(intervals: pl.DataFrame, by: str = "trace") -> pl.DataFrame:
+    """Union of [ts, end) intervals per `by` group: disjoint, sorted merged intervals."""
+    return (
+        intervals.select(by, "ts", "end")
+        .sort(by, "ts")
+        .with_columns(
+            (pl.col("ts") > pl.col("end").shift(1).cum_max().over(by)).fill_null(False).cum_sum().over(by).alias("_g")
+        )
+        .group_by(by, "_g")
+        .agg(pl.col("ts").min(), pl.col("end").max())
+        .sort(by, "ts")
+        .drop("_g")
+    )
+
+
+def _union_stats(intervals: pl.DataFrame, prefix: str) -> pl.DataFrame:
+    return (
+        merge_intervals(intervals)
+        .group_by("trace")
+        .agg(
+            (pl.col("end").sum() - pl.col("ts").sum()).alias(f"{prefix}_union"),
+            pl.col("ts").first().alias(f"{prefix}_first"),
+            pl.col("end").last().alias(f"{prefix}_last"),
+        )
+    )
+
+
+def _overlap(gpu: pl.DataFrame) -> pl.DataFrame:
+    """|union(COMM) & union(COMP)| per trace, by sweeping +1/-1 (comm) and +2/-2 (comp) edges."""
+    edges = []
+    for kind, weight in ((COMMUNICATION, 1), (COMPUTATION, 2)):
+        merged = merge_intervals(gpu.filter(pl.col("kernel_type") == kind))
+        edges.append(merged.select("trace", pl.col("ts").alias("time"), pl.lit(weight).alias("step")))
+        edges.append(merged.select("trace", pl.col("end").alias("time"), pl.lit(-weight).alias("step")))
+    return (
+        pl.concat(edges)
+        .sort("trace", "time")
+        .with_columns(
+            pl.col("step").cum_sum().over("trace").alias("running"),
+            (pl.col("time").shift(-1).over("trace") - pl.col("time")).alias("span"),
+        )
+        .group_by("trace")
+        .agg(pl.col("span").filter(pl.col("running") == 3).sum().alias("overlap"))
+    )
+
+
+def _pctg(part: str, whole: str) -> pl.Expr:
+    # numpy's round: scale, round half to even, unscale (what HTA's pandas round does).
+    ratio = 100 * pl.col(part) / pl.col(whole)
+    return pl.when(pl.col(whole) > 0).then((ratio * 100).round(0, mode="half_to_even") / 100)
+
+
+def breakdown_frame(loads: list[TraceLoad]) -> pl.DataFrame:
+    """One row per trace: HTA's temporal breakdown and comm/comp overlap, in us and percent."""
+    traces = pl.DataFrame(
+        {"trace": range(len(loads)), "rank": [t.rank for t in loads], "file": [str(t.path) for t in loads]},
+        schema={"trace": pl.Int32, "rank": pl.Int32, "file": pl.String},
+    )
+    gpu = gpu_events(combined_events(loads))
+    if gpu.is_empty():
+        gpu = pl.DataFrame(schema={"trace": pl.Int32, "ts": pl.Int64, "end": pl.Int64, "kernel_type": pl.String})
+    comm = _union_stats(gpu.filter(pl.col("kernel_type") == COMMUNICATION), "comm")
+    table = (
+        traces.join(_union_stats(gpu, "gpu"), on="trace", how="left")
+        .join(_union_stats(gpu.filter(pl.col("kernel_type") == COMPUTATION), "comp"), on="trace", how="left")
+        .join(comm, on="trace", how="left")
+        .join(_overlap(gpu), on="trace", how="left")
+        .with_columns(
+            (pl.col("gpu_last") - pl.col("gpu_first")).fill_null(0).alias("kernel_time_us"),
+            pl.col("comp_union").fill_null(0).alias("compute_time_us"),
+        )
+        .with_columns((pl.col("kernel_time_us") - pl.col("gpu_union").fill_null(0)).alias("idle_time_us"))
+        .with_columns(
+            (pl.col("kernel_time_us") - pl.col("compute_time_us") - pl.col("idle_time_us")).alias("non_compute_time_us")
+        )
+    )
+    overlap_ratio = 100 * pl.col("overlap").fill_null(0) / pl.col("comm_union")
+    return table.select(
+        "rank",
+        "kernel_time_us",
+        "idle_time_us",
+        "compute_time_us",
+        "non_compute_time_us",
+        _pctg("idle_time_us", "kernel_time_us").alias("idle_time_pctg"),
+        _pctg("compute_time_us", "kernel_time_us").alias("compute_time_pctg"),
+        _pctg("non_compute_time_us", "kernel_time_us").alias("non_compute_time_pctg"),
+        pl.when(pl.col("comm_union") > 0)
+        .then((overlap_ratio * 100).round(0, mode="half_to_even") / 100)
+        .alias("comp_comm_overlap_pctg"),
+        "file",
+    )
+
+
+def trace_breakdown(loads: list[TraceLoad]) -> list[dict]:
+    """CONTRACT.md's `forensics traces --format json` list, sorted by rank."""
+    frame = breakdown_frame(loads).sort("rank", nulls_last=True).drop("file")
+    return frame.to_dicts()
