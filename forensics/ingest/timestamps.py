@@ -17,6 +17,7 @@ import polars as pl
 from forensics.schema import TIME
 
 MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
+DAYS_IN_MONTH = {1: 31, 2: 28, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
 
 ISO = (
     r"(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[ T_](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
@@ -41,9 +42,27 @@ def _month(name: pl.Expr) -> pl.Expr:
     return name.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
 
 
+def _days_in_month(y: pl.Expr, mo: pl.Expr) -> pl.Expr:
+    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
+    days = mo.replace_strict(DAYS_IN_MONTH, default=0, return_dtype=pl.Int32)
+    return days + ((mo == 2) & leap).cast(pl.Int32)
+
+
 def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.Expr, us: pl.Expr) -> pl.Expr:
-    valid = mo.is_between(1, 12) & d.is_between(1, 31) & h.is_between(0, 23) & mi.is_between(0, 59) & s.is_between(0, 60)
-    stamp = pl.datetime(y, mo, d, h, mi, s.clip(0, 59), us, time_unit="us", time_zone="UTC")
+    """Datetime from components; null (never an error) for impossible dates like Feb 30."""
+    valid = (
+        mo.is_between(1, 12) & d.is_between(1, _days_in_month(y, mo)) & h.is_between(0, 23)
+        & mi.is_between(0, 59) & s.is_between(0, 60)
+    )
+
+    def safe(part: pl.Expr, default: int) -> pl.Expr:
+        # pl.datetime raises on invalid components even in rows a `when` discards.
+        return pl.when(valid).then(part).otherwise(default)
+
+    stamp = pl.datetime(
+        safe(y, 1970), safe(mo, 1), safe(d, 1), safe(h, 0), safe(mi, 0), safe(s.clip(0, 59), 0), us,
+        time_unit="us", time_zone="UTC",
+    )
     return pl.when(valid).then(stamp)
 
 
