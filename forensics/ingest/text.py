@@ -16,7 +16,7 @@ import zstandard
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_DECOMPRESSED_BYTES = 4 << 30  # 4 GiB of text per file is already far past any rank log
-CHUNK = 1 << 20
+ZSTD_FEED = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -51,18 +51,26 @@ def _gunzip(raw: bytes, limit: int) -> Payload:
 
 
 def _unzstd(raw: bytes, limit: int) -> Payload:
-    reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    # Fed in small slices so one slice cannot expand far past `limit` (zstd can reach
+    # ~32,000:1), and frame by frame so a frame cut short is noticed: zstandard's
+    # stream_reader ends quietly at a truncated frame.
     out = bytearray()
-    try:
-        while len(out) < limit:
-            chunk = reader.read(CHUNK)
-            if not chunk:
-                break
-            out += chunk
-    except zstandard.ZstdError as exc:
-        return Payload(bytes(out), f"corrupt or truncated zstd stream after {len(out)} bytes ({exc})")
-    if len(out) >= limit:
-        return Payload(bytes(out[:limit]), f"decompressed size exceeds {limit} bytes; rest not read")
+    data = memoryview(raw)
+    start = 0
+    while start < len(data):
+        decoder = zstandard.ZstdDecompressor().decompressobj()
+        fed = start
+        try:
+            while not decoder.eof and fed < len(data) and len(out) < limit:
+                out += decoder.decompress(data[fed : fed + ZSTD_FEED])
+                fed += ZSTD_FEED
+        except zstandard.ZstdError as exc:
+            return Payload(bytes(out[:limit]), f"corrupt zstd data after {len(out)} bytes ({exc})")
+        if len(out) >= limit:
+            return Payload(bytes(out[:limit]), f"decompressed size exceeds {limit} bytes; rest not read")
+        if not decoder.eof:
+            return Payload(bytes(out), f"truncated zstd stream after {len(out)} bytes")
+        start = min(fed, len(data)) - len(decoder.unused_data)  # next frame (concatenated frames)
     return Payload(bytes(out))
 
 
@@ -70,14 +78,15 @@ def read_bytes(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> Payload:
     """The file's content, decompressed when it is gzip or zstd (by magic, not by name)."""
     with path.open("rb") as handle:
         raw = handle.read(limit + 1)
+    too_big = Payload(raw[:limit], f"file exceeds {limit} bytes; rest not read")
     kind = compression_of(raw[:4])
-    if kind == "gzip":
-        return _gunzip(raw, limit)
-    if kind == "zstd":
-        return _unzstd(raw, limit)
-    if len(raw) > limit:
-        return Payload(raw[:limit], f"file exceeds {limit} bytes; rest not read")
-    return Payload(raw)
+    if kind is None:
+        return too_big if len(raw) > limit else Payload(raw)
+    payload = _gunzip(raw, limit) if kind == "gzip" else _unzstd(raw, limit)
+    if len(raw) > limit and payload.problem:
+        # We cut the compressed bytes ourselves: the stream is not truncated, the file is too big.
+        return Payload(payload.data, too_big.problem)
+    return payload
 
 
 def read_head(path: Path, size: int = 64 << 10) -> bytes:
