@@ -16,6 +16,7 @@ Rank comes from `distributedInfo.rank`, else from the file name (`rank-3`, `rank
 
 from __future__ import annotations
 
+import gc
 import gzip
 import math
 import re
@@ -32,7 +33,7 @@ from forensics.schema import InputStatus
 Scalar = int | float | str | None
 
 
-class _Args(msgspec.Struct, rename={
+class _Args(msgspec.Struct, gc=False, rename={
     "external_id": "External id",
     "external_id_2021": "external id",
     "collective_name": "Collective name",
@@ -62,7 +63,7 @@ class _Args(msgspec.Struct, rename={
     dtype: Scalar = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -108,7 +109,6 @@ EVENTS: dict[str, pl.DataType] = {
     "dtype": pl.String,
 }
 
-_ARG_COLUMNS = [c for c in _Args.__struct_fields__ if c != "external_id_2021"]
 _DROPPED_CATS = {"Trace", "python_function"}
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Boundary between two events in the traceEvents array, for recovering truncated files.
@@ -181,35 +181,37 @@ def _as_int(value: Scalar) -> int | None:
 def _events_frame(events: list[_Event]) -> pl.DataFrame:
     """Complete events -> frame, with HTA's rounding of fractional timestamps.
 
-    Columns are built from the Structs once each and typed by Polars: mixed values
-    (a string `pid`, an int past int64 in `args`) become strings or nulls, not errors.
+    Each column is one list comprehension over the kept events; Polars then types it,
+    so mixed values (a string `pid`, an int past int64 in `args`) become strings or
+    nulls instead of errors.
     """
     xs = [e for e in events if e.ph == "X" and e.dur is not None and e.ts is not None and e.cat not in _DROPPED_CATS]
     no_args = _Args()
     args = [e.args or no_args for e in xs]
-    external = [a.external_id if a.external_id is not None else a.external_id_2021 for a in args]
-    columns = [
-        pl.Series("cat", [e.cat for e in xs], pl.String),
-        pl.Series("name", [e.name for e in xs], pl.String),
-        pl.Series("pid", [e.pid for e in xs], pl.String, strict=False),
-        pl.Series("tid", [e.tid for e in xs], pl.String, strict=False),
-        pl.Series("ts", [e.ts for e in xs], pl.Float64, strict=False),
-        pl.Series("dur", [e.dur for e in xs], pl.Float64, strict=False),
-        pl.Series("external_id", external, pl.Int64, strict=False),
-    ]
-    columns += [
-        pl.Series(name, [getattr(a, name) for a in args], EVENTS[name], strict=False)
-        for name in _ARG_COLUMNS
-        if name != "external_id"
-    ]
-    frame = pl.DataFrame(columns)
+    frame = pl.DataFrame(
+        [
+            pl.Series("cat", [e.cat for e in xs], pl.String),
+            pl.Series("name", [e.name for e in xs], pl.String),
+            pl.Series("pid", [e.pid for e in xs], pl.String, strict=False),
+            pl.Series("tid", [e.tid for e in xs], pl.String, strict=False),
+            pl.Series("ts", [e.ts for e in xs], pl.Float64, strict=False),
+            pl.Series("dur", [e.dur for e in xs], pl.Float64, strict=False),
+            *[
+                pl.Series(col, [getattr(a, col) for a in args], EVENTS.get(col, pl.Int64), strict=False)
+                for col in _Args.__struct_fields__
+            ],
+        ]
+    )
     fractional = frame.select((pl.col("ts") != pl.col("ts").floor()).any()).item()
     if fractional:
         start, end = pl.col("ts").ceil(), (pl.col("ts") + pl.col("dur")).floor()
     else:
         start, end = pl.col("ts"), pl.col("ts") + pl.col("dur")
-    frame = frame.with_columns(start.cast(pl.Int64).alias("ts"), end.cast(pl.Int64).alias("end"))
-    return frame.with_columns((pl.col("end") - pl.col("ts")).alias("dur")).select(list(EVENTS))
+    return frame.with_columns(
+        start.cast(pl.Int64).alias("ts"),
+        end.cast(pl.Int64).alias("end"),
+        pl.coalesce("external_id", "external_id_2021").alias("external_id"),
+    ).with_columns((pl.col("end") - pl.col("ts")).alias("dur")).select(list(EVENTS))
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -222,14 +224,19 @@ def load_trace(path: Path) -> TraceLoad:
     """Load one trace file; never raises on bad content (status says what happened)."""
     path = Path(path)
     empty = pl.DataFrame(schema=EVENTS)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic objects: the cycle collector would only rescan them
     try:
         data, gzip_problem = _read_bytes(path)
         trace, json_problem = _decode(data)
+        del data
+        events = _events_frame(trace.traceEvents)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
         return TraceLoad(path, empty, rank=rank_from_name(path), rank_source=None,
                          status=InputStatus.SKIPPED, problem=f"unreadable trace: {err}")
-    del data
-    events = _events_frame(trace.traceEvents)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     info = trace.distributedInfo or _DistributedInfo()
     rank, source = _as_int(info.rank), "distributedInfo"
     if rank is None:
