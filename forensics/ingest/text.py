@@ -78,14 +78,14 @@ def read_bytes(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> Payload:
     """The file's content, decompressed when it is gzip or zstd (by magic, not by name)."""
     with path.open("rb") as handle:
         raw = handle.read(limit + 1)
-    too_big = Payload(raw[:limit], f"file exceeds {limit} bytes; rest not read")
+    too_big = f"file exceeds {limit} bytes; rest not read"
     kind = compression_of(raw[:4])
     if kind is None:
-        return too_big if len(raw) > limit else Payload(raw)
+        return Payload(raw[:limit], too_big) if len(raw) > limit else Payload(raw)
     payload = _gunzip(raw, limit) if kind == "gzip" else _unzstd(raw, limit)
     if len(raw) > limit and payload.problem:
         # We cut the compressed bytes ourselves: the stream is not truncated, the file is too big.
-        return Payload(payload.data, too_big.problem)
+        return Payload(payload.data, too_big)
     return payload
 
 
