@@ -38,7 +38,16 @@ PREFIX = (
     r")+"
 )
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
-CONTINUATION = r"^(?:\s+\S|frame #\d+|Exception raised from |During handling of the above|The above exception)"
+# A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
+# Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
+# C++ stacks, chained-exception notes, and PyTorch's fixed CUDA-error boilerplate.
+CONTINUATION = (
+    r"^(?:(?:  |\t)\s*\S|frame #\d+|Exception raised from |During handling of the above|The above exception"
+    r"|CUDA kernel errors might be asynchronously|For debugging consider passing|Compile with `?TORCH_USE_CUDA_DSA)"
+)
+# After these, even a plain line stays in the block (the exception line that ends a Python
+# traceback). Not after a C++ `frame #N`: a stack ends the block, and the next line is news.
+CARRIES_ON = r"^(?:(?:  |\t)\s*\S|During handling of the above|The above exception)"
 
 
 @dataclass(frozen=True)
@@ -114,10 +123,14 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
     payload = pl.col("text").str.slice(pl.col("prefix_len"))
     stream = ["file", "stream_rank"]
     return (
-        lines.with_columns(stream_rank=pl.col("rank").fill_null(-1), cont=payload.str.contains(CONTINUATION))
-        .with_columns(prev_cont=pl.col("cont").shift(1).over(stream, order_by="line").fill_null(False))
+        lines.with_columns(
+            stream_rank=pl.col("rank").fill_null(-1),
+            cont=payload.str.contains(CONTINUATION),
+            carries=payload.str.contains(CARRIES_ON),
+        )
+        .with_columns(prev_carries=pl.col("carries").shift(1).over(stream, order_by="line").fill_null(False))
         .with_columns(
-            block=pl.when(~pl.col("cont") & ~pl.col("prev_cont"))
+            block=pl.when(~pl.col("cont") & ~pl.col("prev_carries"))
             .then(pl.col("line"))
             .forward_fill()
             .over(stream, order_by="line")
