@@ -21,7 +21,8 @@ Notes:
     - NCCLNET001 network: an NCCL transport WARN (IB completion error, async event,
       socket failure) before or during the timeouts names the rank whose link failed.
     - HANG003 first exit: the worker torchrun saw fail first, when one is strictly
-      first. A weak signal (the table's "root cause" is only the first *noticed*).
+      first and did not die of the watchdog's own abort (SIGABRT). A weak signal: the
+      table's "root cause" is only the first failure the agent *noticed*.
     Thresholds: "silent" needs the crowd to be at least half of the ranks with logs and
     at least two ranks; ranks without any log are blamed only when every rank with a
     log timed out and they are few (at most one in eight).
@@ -42,6 +43,7 @@ TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_terminat
 PROGRESS_KINDS = ["failure_detected", "last_work_status", "dump_signal"]
 NETWORK_WARNS = ["ib_completion", "ib_async", "socket"]  # remote_exited is a cascade
 DEFAULT_PG = "default"
+_TABLE_ROW = r"^\s*\[\d+\]:\s*$|^\s+(?:time|host|rank|exitcode|error_file|traceback)\s+: "
 
 COLLECTIVE_RANKS: dict[str, pl.DataType] = {
     "rank": pl.Int32,
@@ -244,9 +246,12 @@ def _world(world_size: int | None, topology: pl.DataFrame, exits: pl.DataFrame |
 
 
 def _last_lines(lines: pl.DataFrame | None) -> dict[int, dict]:
+    """Each rank's last own line: in the file holding most of its lines, torchrun table rows excluded."""
     if lines is None or lines.is_empty():
         return {}
-    last = lines.filter(pl.col("rank").is_not_null()).sort("line").group_by("rank").last()
+    own = lines.filter(pl.col("rank").is_not_null() & ~pl.col("text").str.contains(_TABLE_ROW))
+    own = own.filter(pl.col("file") == pl.col("file").mode().sort().first().over("rank"))
+    last = own.sort("line").group_by("rank").last()
     return {r["rank"]: r for r in last.select("rank", "file", "line", "time", "text").iter_rows(named=True)}
 
 
@@ -300,13 +305,14 @@ def localize_hang(
     crowd_seq = state.filter(pl.col("timed_out"))["timed_out_seq"].mode().sort().first() if crowd else None
     crowd_done = state.filter(pl.col("timed_out"))["last_completed"].drop_nulls().mode().sort().first() if crowd else None
     crowd_ev = _evidence(collectives, crowd[0], TIMEOUT_KINDS) if crowd else None
+    where = f"collective #{crowd_seq} (last completed #{crowd_done})" if crowd_seq is not None else "a collective"
     for rank in silent + unseen:
         has_log = rank in ranks_seen
         ev = last_lines.get(rank) if has_log else crowd_ev
         blame("HANG002", "Rank missing from the collective-timeout crowd", Category.COLLECTIVE_TIMEOUT,
               Severity.CRITICAL if has_log else Severity.ERROR, Role.INITIATING, rank, ev,
-              f"{len(crowd)} rank(s) timed out waiting in collective #{crowd_seq} (last completed #{crowd_done}) "
-              f"but rank {rank} {'logged no timeout' if has_log else 'left no log'}: it never reached the collective",
+              f"{len(crowd)} rank(s) timed out waiting in {where} but rank {rank} "
+              f"{'logged no timeout' if has_log else 'left no log'}: it never reached the collective",
               {"reason": "silent" if has_log else "no_log", "crowd": rank_ranges(crowd), "crowd_seq": crowd_seq,
                "crowd_last_completed": crowd_done})  # fmt: skip
 
@@ -364,7 +370,8 @@ def localize_hang(
         if timed.height >= 2:
             first_time = timed["time"].min()
             first = timed.filter(pl.col("time") == first_time)
-            if first.height == 1:
+            # A watchdog abort (-6) is the crowd's exit, not a cause.
+            if first.height == 1 and first["exitcode"][0] != -6:
                 row = first.row(0, named=True)
                 blame("HANG003", "First worker to exit", Category.COLLECTIVE_TIMEOUT, Severity.ERROR, Role.SYMPTOM,
                       row["rank"], row, f"rank {row['rank']} exited first (exitcode {row['exitcode']}"
