@@ -92,26 +92,48 @@ def sniff_kind(path: str, head: bytes) -> tuple[str, str | None]:
     return InputKind.RANK_LOG, None
 
 
+def _entry(root: Path, entry: os.DirEntry) -> tuple[str, Path | None, str | None, bool]:
+    """(relative path, absolute path or None, problem, is a directory to descend into)."""
+    full = Path(entry.path)
+    rel = full.relative_to(root).as_posix()
+    try:
+        if entry.is_symlink():
+            what = "symbolic link to a directory" if entry.is_dir() else "symbolic link"
+            return rel, None, f"{what} (not followed)", False
+        if entry.is_dir(follow_symlinks=False):
+            return rel, None, None, True
+        if entry.is_file(follow_symlinks=False):
+            return rel, full, None, False
+    except OSError as exc:
+        return rel, None, f"unreadable: {exc.strerror or exc}", False
+    return rel, None, "not a regular file", False
+
+
 def _walk(root: Path) -> list[tuple[str, Path | None, str | None]]:
-    """(relative path, absolute path or None, problem) for every entry below root."""
+    """(relative path, absolute path or None, problem) for every entry below root, by path.
+
+    An explicit stack, not os.walk: os.walk recurses (Python 3.11) and a hostile tree a
+    thousand folders deep would end the run with RecursionError.
+    """
     entries = []
-    for directory, subdirs, files in os.walk(root, followlinks=False):
-        base = Path(directory)
-        for sub in list(subdirs):
-            if (base / sub).is_symlink():
-                rel = (base / sub).relative_to(root).as_posix()
-                entries.append((rel, None, "symbolic link to a directory (not followed)"))
-        subdirs[:] = sorted(d for d in subdirs if not (base / d).is_symlink() and not d.startswith(".git"))
-        for name in sorted(files):
-            full = base / name
-            rel = full.relative_to(root).as_posix()
-            if full.is_symlink():
-                entries.append((rel, None, "symbolic link (not followed)"))
-            elif not full.is_file():
-                entries.append((rel, None, "not a regular file"))
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                children = list(listing)
+        except OSError as exc:
+            rel = directory.relative_to(root).as_posix()
+            entries.append((rel, None, f"unreadable folder: {exc.strerror or exc}"))
+            continue
+        for child in children:
+            rel, full, problem, descend = _entry(root, child)
+            if descend:
+                if not child.name.startswith(".git"):
+                    pending.append(Path(child.path))
             else:
-                entries.append((rel, full, None))
-    return entries
+                entries.append((rel, full, problem))
+    return sorted(entries, key=lambda e: e[0])
 
 
 def discover(root: Path) -> pl.DataFrame:
