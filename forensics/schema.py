@@ -172,6 +172,7 @@ METRICS: dict[str, pl.DataType] = {
     "loss": pl.Float64,
     "grad_norm": pl.Float64,
     "step_time_s": pl.Float64,
+    "data_time_s": pl.Float64,  # time waiting for input, when the loop logs it
     "loss_scale": pl.Float64,
 }
 

@@ -36,3 +36,13 @@ def test_one_slow_step_is_not_a_straggler():
 def test_single_rank_cannot_straggle():
     metrics = _metrics(lambda r, s: 1.0).filter(pl.col("rank") == 0)
     assert find_stragglers(metrics)[0].is_empty()
+
+
+def test_slow_data_loading_is_found_when_synchronized_step_times_are_equal():
+    metrics = _metrics(lambda r, s: 0.13).with_columns(
+        data_time_s=pl.when(pl.col("rank") == 1).then(0.11).otherwise(0.005)
+    )
+    table, findings = find_stragglers(metrics)
+    assert table["rank"].to_list() == [1]
+    assert "data_time" in table["evidence"][0]
+    assert table["slowdown"][0] > 1.5

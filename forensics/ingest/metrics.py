@@ -32,6 +32,8 @@ LOSS = [
 GRAD_NORM = [r"\bgrad[ _]norm[=:]?\s*" + NUMBER, r"'grad_norm': '?" + NUMBER]
 STEP_TIME_MS = [r"elapsed time per iteration \(ms\):\s*" + NUMBER]
 STEP_TIME_S = [r"\btrain_step_timing in s:\s*" + NUMBER, r"\bstep_time[=:]?\s*" + NUMBER + r"\s*s\b"]
+DATA_TIME_S = [r"\bdata_time[=:]?\s*" + NUMBER + r"\s*s\b", r"\bdata(?:loading)?[ _]time[=:]\s*" + NUMBER + r"\s*s\b"]
+DATA_TIME_MS = [r"\bdata[ _-]?(?:loading|load)?[ _]?time \(ms\):\s*" + NUMBER]
 LOSS_SCALE = [r"\bloss scale:\s*" + NUMBER]
 CANDIDATE = r"(?i)iteration|step|loss"
 
@@ -55,6 +57,7 @@ def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
             loss=_float(_first(LOSS)),
             grad_norm=_float(_first(GRAD_NORM)),
             step_time_s=pl.coalesce(_float(_first(STEP_TIME_MS)) / 1000.0, _float(_first(STEP_TIME_S))),
+            data_time_s=pl.coalesce(_float(_first(DATA_TIME_S)), _float(_first(DATA_TIME_MS)) / 1000.0),
             loss_scale=_float(_first(LOSS_SCALE)),
         )
         .filter(pl.col("step").is_not_null() | pl.col("loss").is_not_null())

@@ -6,8 +6,9 @@ Notes:
     slower on at least 60% of the steps both logged: persistence separates a slow
     component from one noisy step. In synchronous data-parallel training every rank's
     wall-clock step time is set by the slowest, so this only sees stragglers when ranks
-    log their own compute time (or when they drift apart in time); traces and GPU
-    health see more. Needs at least two ranks with five common steps.
+    log their own compute or data-loading time (`data_time`): a rank that spends 0.1 s
+    more per step loading data slows every step by that much. Traces and GPU health
+    see more. Needs at least two ranks with five common steps.
 """
 
 from __future__ import annotations
@@ -22,32 +23,48 @@ SLOW_STEP_RATIO = 1.1
 MIN_SLOW_SHARE = 0.6
 MIN_COMMON_STEPS = 5
 
+SIGNALS = ("step_time_s", "data_time_s")
 STRAGGLERS = {"rank": pl.Int32, "slowdown": pl.Float64, "slow_share": pl.Float64, "steps": pl.Int64, "evidence": pl.String}
 
 
-def find_stragglers(metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(stragglers table, FINDINGS) from per-rank step times."""
-    times = step_times(metrics).filter(pl.col("rank").is_not_null())
-    if times.is_empty() or times["rank"].n_unique() < 2:
-        return pl.DataFrame(schema=STRAGGLERS), empty(FINDINGS)
-    compared = (
-        times.with_columns(
+def _compare(times: pl.DataFrame, signal: str) -> pl.DataFrame:
+    """Per (rank, step): how much longer the step would be without this rank's excess.
+
+    ratio = 1 + (rank's value - peers' median value) / peers' median step time, so for
+    `step_time_s` it is the plain ratio to the median, and for a component such as
+    `data_time_s` it is the share of a step that this rank alone spends extra.
+    """
+    return (
+        times.filter(pl.col(signal).is_not_null())
+        .with_columns(
             peers=pl.len().over("step"),
+            value_median=pl.col(signal).median().over("step"),
             step_median=pl.col("step_time_s").median().over("step"),
         )
         .filter(pl.col("peers") >= 2)
-        .with_columns(ratio=pl.col("step_time_s") / pl.col("step_median"))
+        .with_columns(
+            ratio=1 + (pl.col(signal) - pl.col("value_median")) / pl.col("step_median"),
+            signal=pl.lit(signal),
+        )
     )
+
+
+def find_stragglers(metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stragglers table, FINDINGS) from per-rank step times and data-loading times."""
+    times = step_times(metrics).filter(pl.col("rank").is_not_null())
+    if times.is_empty() or times["rank"].n_unique() < 2:
+        return pl.DataFrame(schema=STRAGGLERS), empty(FINDINGS)
+    compared = pl.concat([_compare(times, signal).with_columns(value=pl.col(signal)) for signal in SIGNALS], how="diagonal_relaxed")
     per_rank = (
-        compared.group_by("rank")
+        compared.group_by("rank", "signal")
         .agg(
             slowdown=pl.col("ratio").median(),
             slow_share=(pl.col("ratio") > SLOW_STEP_RATIO).mean(),
             steps=pl.len().cast(pl.Int64),
             file=pl.col("file").first(),
             line=pl.col("line").sort_by("ratio").last(),
-            median_s=pl.col("step_time_s").median(),
-            peer_median_s=pl.col("step_median").median(),
+            median_s=pl.col("value").median(),
+            peer_median_s=pl.col("value_median").median(),
         )
         .filter(
             (pl.col("steps") >= MIN_COMMON_STEPS)
@@ -55,12 +72,14 @@ def find_stragglers(metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             & (pl.col("slow_share") >= MIN_SLOW_SHARE)
         )
         .sort("slowdown", descending=True)
+        .unique("rank", keep="first", maintain_order=True)
     )
     if per_rank.is_empty():
         return pl.DataFrame(schema=STRAGGLERS), empty(FINDINGS)
     per_rank = per_rank.with_columns(
         evidence=pl.format(
-            "median step {}s vs {}s for peers over {} steps; slower on {}% of steps",
+            "median {} {}s vs {}s for peers over {} steps; slower on {}% of steps",
+            pl.col("signal").str.replace("_s$", ""),
             pl.col("median_s").round(3),
             pl.col("peer_median_s").round(3),
             pl.col("steps"),
