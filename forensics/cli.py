@@ -32,6 +32,11 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
+class Engine(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
 class FailOn(StrEnum):
     warning = "warning"
     error = "error"
@@ -82,6 +87,36 @@ def analyze(
         severities = analysis.incident.findings.filter(analysis.incident.findings["role"] != "event")["severity"]
         if any(SEVERITY_ORDER.get(s, 0) >= threshold for s in severities.to_list()):
             raise typer.Exit(3)
+
+
+@app.command()
+def batch(
+    roots: Annotated[list[Path], typer.Argument(help="Folders of incidents: each subfolder is one incident.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, index.parquet, fleet.md.")],
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (local engine).")] = 2,
+    engine: Annotated[Engine, typer.Option("--engine", help="'local' process pool or a 'ray' cluster.")] = Engine.local,
+) -> None:
+    """Analyze every incident under ROOT(s); write per-incident reports and a fleet summary."""
+    from forensics.batch.fleet import write_fleet
+    from forensics.batch.run import plan, run_local, run_ray
+
+    missing = [str(r) for r in roots if not r.is_dir()]
+    if missing:
+        raise _fail(f"not a directory: {', '.join(missing)}")
+    work = plan(roots, out)
+    if not work:
+        raise _fail("no incident folders found")
+    if engine == Engine.ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise _fail("the ray engine needs Ray: pip install 'forensics[ray]'") from None
+        rows = run_ray(work, _progress)
+    else:
+        rows = run_local(work, jobs, _progress)
+    index = write_fleet(rows, out)
+    failed = index.filter(index["error"].is_not_null()).height
+    typer.echo(f"{index.height} incidents ({failed} could not be analyzed): {out / 'fleet.md'}")
 
 
 @patterns_app.command("list")
