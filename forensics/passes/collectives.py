@@ -31,12 +31,13 @@ Notes:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import polars as pl
 
-from forensics.incident import PassResult
-from forensics.ingest.nccl import process_ranks
+from forensics.incident import Incident, PassResult
+from forensics.ingest.c10d import parse_collectives, parse_exits
+from forensics.ingest.nccl import parse_nccl, process_ranks
 from forensics.schema import FINDINGS, Category, Role, Severity, conform, empty
 
 TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_terminated", "last_work_status", "gloo_timeout"]
@@ -333,8 +334,9 @@ def localize_hang(
         ev = collectives.filter((pl.col("rank") == rank) & (pl.col("seq") == seq)).head(1)
         blame("DESYNC001", "Ranks disagree on the collective at the same sequence number", Category.COLLECTIVE_TIMEOUT,
               Severity.CRITICAL, Role.INITIATING, rank, ev.row(0, named=True) if ev.height else None,
-              f"rank {rank} ran {d['found']} as collective #{seq} in PG {pg} where the other ranks ran {d['expected']} "
-              "(op/numel-in/numel-out): mismatched collectives", {"pg": pg, "seq": seq, **d})  # fmt: skip
+              f"rank {rank} ran {d['found']} as collective #{seq} in PG {pg} where the other ranks ran {d['expected']}"
+              + (" (op/numel in/numel out)" if d["reason"] == "numel_mismatch" else "") + ": mismatched collectives",
+              {"pg": pg, "seq": seq, **d})  # fmt: skip
 
     fr_mismatches = _fr_analysis(fr_entries) if fr_entries is not None and not fr_entries.is_empty() else empty(FR_MISMATCHES)
     for row in fr_mismatches.iter_rows(named=True):
@@ -441,3 +443,21 @@ def summarize_state(per_rank: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=COLLECTIVE_STATE).sort(
         pl.col("state").str.starts_with("culprit").not_(), "last_completed", "ranks", nulls_last=True
     )
+
+
+def collectives_step(incident: Incident, progress: Callable[[str], None]) -> None:
+    """Pipeline step: NCCL and c10d frames from the incident's LINES, then `localize_hang`."""
+    progress("localizing collective hangs")
+    lines = incident.lines
+    nccl = parse_nccl(lines)
+    collectives = parse_collectives(lines)
+    exits = parse_exits(lines)
+    result = localize_hang(
+        collectives, incident.tables.get("fr_entries"), nccl["nccl_topology"],
+        lines["rank"].drop_nulls().unique().to_list(), None,
+        exits=exits, nccl_warns=nccl["nccl_warns"], lines=lines,
+    )  # fmt: skip
+    incident.tables.update(nccl)
+    incident.tables["collectives"] = collectives
+    incident.tables["exits"] = exits
+    incident.merge_pass(result)
