@@ -1,0 +1,128 @@
+"""Training-metric lines (formats.md 6) -> step, loss, grad norm, step time, loss scale."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from forensics.ingest.metrics import extract_metrics
+from forensics.ingest.rank_logs import TextFile, read_text_files
+from tests.conftest import lines_frame, write_files
+
+NAN = float("nan")
+
+# (line, step, loss, grad_norm, step_time_s, loss_scale); None = not on the line.
+SAMPLES = [
+    pytest.param(
+        " iteration      122/  250000 | consumed samples:       124928 | elapsed time per iteration (ms): 86545.2 | learning rate: 9.150E-06 | global batch size:  1024 | lm loss: 2.504220E+00 | loss scale: 1.0 | grad norm: 0.231 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        122, 2.50422, 0.231, 86.5452, 1.0, id="megatron",
+    ),
+    pytest.param(
+        " [2024-04-06 02:56:58] iteration       15/     100 | consumed samples:         1920 | elapsed time per iteration (ms): 5926.4 | throughput per GPU (TFLOP/s/GPU): 220.4 | learning rate: 3.000000E-06 | global batch size:   128 | lm loss: 1.957101E+00 | load_balancing_loss: 1.069903E+00 | loss scale: 1.0 | grad norm: 2.853 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        15, 1.957101, 2.853, 5.9264, 1.0, id="megatron-timestamped-moe",
+    ),
+    pytest.param(
+        " iteration     5426/  250000 | consumed samples:        43408 | consumed tokens:     88899584 | elapsed time per iteration (ms): 4247.9 | learning rate: 2.999E-04 | global batch size:     8 | loss scale: 1.0 | grad norm: nan | actual seqlen:  2048 | number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: 1.883 | TFLOPs: 78.36 |",
+        5426, None, NAN, 4.2479, 1.0, id="megatron-deepspeed-nan-grad-norm",
+    ),
+    pytest.param(
+        "[rank0]:[titan] 2025-03-12 11:10:21,511 - root - INFO - step: 22  loss:  6.2250  memory:  1.41GiB(1.79%)  tps: 193,831  tflops: 18.36  mfu: 1.86%",
+        22, 6.225, None, None, None, id="torchtitan",
+    ),
+    pytest.param(
+        "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%",
+        4, 7.62585, 26.625, None, None, id="torchtitan-grad-norm",
+    ),
+    pytest.param(
+        "[2023-11-07 01:55:23,711] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=4, lr=[4.99804827338393e-05, 4.99804827338393e-05], mom=[(0.9, 0.95), (0.9, 0.95)]",
+        10, None, None, None, None, id="deepspeed-step",
+    ),
+    pytest.param(
+        "Training epoch 0, iteration 120/149 | lr: 3e-05 | consumed_samples: 121 | global_batch_size: 1 | global_step: 120 | reduced_train_loss: 1.233 | train_step_timing in s: 0.03146 | val_loss: 4.106",
+        120, 1.233, None, 0.03146, None, id="nemo2",
+    ),
+    pytest.param(
+        "Training epoch 0, iteration 0/9 | lr: 0.0006 | consumed_samples: 32 | global_batch_size: 32 | global_step: 0 | reduced_train_loss: 11.02",
+        0, 11.02, None, None, None, id="nemo2-step-zero",
+    ),
+    pytest.param(
+        "Epoch 0:   1%|          | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=, reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]",
+        794, 3.09, None, None, None, id="lightning-bar",
+    ),
+    pytest.param(
+        "Epoch 0:   6%|██                               | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6, v_num=95nc, reduced_train_loss=2.590, global_step=3.2e+4, consumed_samples=2.56e+7]",
+        32000, 2.59, None, None, None, id="lightning-bar-scientific-step",
+    ),
+    pytest.param("{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, 'epoch': 0.28}", None, 2.0491, None, None, None, id="hf"),
+    pytest.param(
+        "{'loss': 1.3736, 'grad_norm': 3.4177560806274414, 'learning_rate': 0.0001, 'epoch': 1.0}",
+        None, 1.3736, 3.4177560806274414, None, None, id="hf-grad-norm",
+    ),
+    pytest.param(
+        "{'loss': '2.205', 'grad_norm': '2.641', 'learning_rate': '0.0001333', 'mean_token_accuracy': '0.6839', 'epoch': '2'}",
+        None, 2.205, 2.641, None, None, id="hf-string-values",
+    ),
+    pytest.param(
+        "{'eval_loss': 0.3461727797985077, 'eval_runtime': 9.144, 'eval_samples_per_second': 10.936, 'eval_steps_per_second': 1.422, 'epoch': 1.0, 'step': 10000}",
+        10000, None, None, None, None, id="hf-eval-with-step",
+    ),
+]
+
+
+def same(got, want) -> bool:
+    if want is None:
+        return got is None
+    if isinstance(want, float) and math.isnan(want):
+        return got is not None and math.isnan(got)
+    return got == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("text", "step", "loss", "grad_norm", "step_time_s", "loss_scale"), SAMPLES)
+def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
+    metrics = extract_metrics(lines_frame([text]))
+    assert metrics.height == 1
+    row = metrics.row(0, named=True)
+    assert row["step"] == step
+    for column, want in [("loss", loss), ("grad_norm", grad_norm), ("step_time_s", step_time_s), ("loss_scale", loss_scale)]:
+        assert same(row[column], want), (column, row[column], want)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[rank0]:[titan] 2025-03-12 11:10:21,603 - root - WARNING - Dataset c4_test is being re-looped",
+        "{'train_runtime': 326.3445, 'train_samples_per_second': 4.903, 'train_steps_per_second': 1.226, 'train_loss': 0.3935928952693939, 'epoch': 10.0}",
+        "[2023-11-07 01:55:08,040] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8192.0, reducing to 4096.0",
+        "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
+    ],
+)
+def test_lines_without_step_or_loss_give_no_row(text):
+    assert extract_metrics(lines_frame([text])).is_empty()
+
+
+def test_file_line_and_rank_are_kept_for_citation():
+    metrics = extract_metrics(lines_frame(["noise", "step 12 | loss 3.5"], file="rank_7.log", rank=7))
+    assert metrics.select("file", "line", "rank", "step", "loss").row(0) == ("rank_7.log", 2, 7, 12, 3.5)
+
+
+def test_torchtitan_colour_line_parses_after_ingest(tmp_path):
+    # Raw torchtitan output carries ANSI colours around every field (formats.md 6.5).
+    raw = (
+        "[rank0]:[titan] 2025-06-16 22:30:50,322 - root - INFO - \x1b[31mstep: 200  \x1b[32mloss:  6.1384  "
+        "\x1b[33mmemory: 49.66GiB(52.28%)  \x1b[34mtps: 5,856  \x1b[36mtflops: 339.16  \x1b[35mmfu: 34.29%\x1b[39m\n"
+    )
+    write_files(tmp_path, {"rank_0.log": raw})
+    lines, _, _ = read_text_files(tmp_path, [TextFile("rank_0.log", 0)])
+    assert "\x1b" not in lines["text"][0]
+    row = extract_metrics(lines).row(0, named=True)
+    assert (row["step"], row["loss"]) == (200, pytest.approx(6.1384))
+
+
+def test_thousands_separator_in_a_value():
+    row = extract_metrics(lines_frame([" iteration 3/ 10 | lm loss: 1.5 | grad norm: 12,345.5 |"])).row(0, named=True)
+    assert row["grad_norm"] == 12345.5
+
+
+def test_empty_input():
+    assert extract_metrics(lines_frame([])).is_empty()
