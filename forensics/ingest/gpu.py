@@ -634,9 +634,8 @@ def parse_topo(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
 # sniffing
 
 _DMON_HEAD = re.compile(r"^#\s*(?:gpu|Date|Time)\b", re.M)
-_KERNEL_HEAD = re.compile(
-    r"NVRM: (?:Xid|GPU at PCI)|SXid \(PCI:|^\[\s*\d+\.\d{6}\] |\bkernel: |^\S+: kern: \w+: \[|AER: |oom-kill:", re.M
-)
+_KERNEL_LINE = re.compile(r"^(?:\[\s*\d+\.\d{6}\] |\S+: kern: \w+: \[|.{15,40} kernel: )", re.M)
+_KERNEL_WORDS = re.compile(r"NVRM: |SXid \(PCI:|AER: |[Oo]ut of memory: Kill|oom-kill:")
 
 
 def sniff_gpu_kind(head: str) -> str | None:
@@ -651,6 +650,6 @@ def sniff_gpu_kind(head: str) -> str | None:
         return InputKind.NVIDIA_SMI_TOPO.value
     if _is_csv_header(first) or re.match(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}\.\d{3}, ", first):
         return InputKind.NVIDIA_SMI_CSV.value
-    if len(_KERNEL_HEAD.findall(text)) >= 1 and ("NVRM" in text or len(_KERNEL_HEAD.findall(text)) > 3):
+    if _KERNEL_WORDS.search(text) or len(_KERNEL_LINE.findall(text)) >= 3:
         return InputKind.KERNEL_LOG.value
     return None
