@@ -101,18 +101,24 @@ def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
 def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
     """Rank per line: prefix tag, else the file's single tagged rank, else file name, else payload.
 
-    A bare local rank is the last resort: it equals the global rank on one node only.
+    A bare local rank is the last resort, and only in files with no global tag at all:
+    it equals the global rank on one node only.
     """
     per_file = pl.col("tag_rank").drop_nulls().unique().len().over("file")
     file_tag = pl.col("tag_rank").drop_nulls().first().over("file")
     single_tag = pl.when(per_file == 1).then(file_tag)
     # torchrun's `[default3]:` is a local rank; learn local -> global from lines carrying both.
-    local_to_global = pl.when(pl.col("tag_local").is_not_null()).then(
-        pl.col("tag_rank").drop_nulls().mode().first().over(["file", "tag_local"])
+    # Several nodes in one console reuse local ranks: map only when the answer is unique.
+    by_local = ["file", "tag_local"]
+    unique_global = pl.col("tag_rank").drop_nulls().n_unique().over(by_local) == 1
+    local_to_global = pl.when(pl.col("tag_local").is_not_null() & unique_global).then(
+        pl.col("tag_rank").drop_nulls().first().over(by_local)
     )
+    file_has_globals = pl.col("tag_rank").is_not_null().any().over("file")
+    bare_local = pl.when(~file_has_globals).then(pl.col("tag_local"))
     return lines.join(files.lazy(), on="file", how="left").with_columns(
         rank=pl.coalesce(
-            "tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", "tag_local"
+            "tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", bare_local
         ).cast(pl.Int32),
         local_rank=pl.coalesce("tag_local", "name_local").cast(pl.Int32),
     )
