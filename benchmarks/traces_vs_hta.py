@@ -66,6 +66,17 @@ print(json.dumps({"ok": True, "rows": rows, "seconds": time.perf_counter() - t0,
 """
 
 
+FIXTURES = REPO / "fixtures" / "traces"
+
+
+def fixture_sets() -> dict[str, list[Path]]:
+    """Our synthetic traces, so that the parity tests also run without the corpus."""
+    sets = {"fixtures/straggler_4rank": sorted((FIXTURES / "straggler_4rank").glob("*.json*"))}
+    for case in ("ns_resolution", "legacy_2021", "truncated", "cpu_only"):
+        sets[f"fixtures/edge/{case}"] = sorted((FIXTURES / "edge" / case).glob("*.json*"))
+    return sets
+
+
 def corpus_sets() -> dict[str, list[Path]]:
     """Every set HTA might analyze: the two multi-rank sets and each single-rank file."""
     sets = {
@@ -74,6 +85,8 @@ def corpus_sets() -> dict[str, list[Path]]:
     }
     for path in sorted((CORPUS / "hta_single_rank").rglob("*.json.gz")):
         sets[f"hta_single_rank/{path.relative_to(CORPUS / 'hta_single_rank')}"] = [path]
+    for path in sorted((CORPUS / "hta_edge_cases").rglob("*.json.gz")):
+        sets[f"hta_edge_cases/{path.parent.name}"] = [path]
     return sets
 
 
@@ -107,10 +120,11 @@ def run_forensics(paths: list[Path]) -> tuple[dict, float, int]:
 def record_expected() -> None:
     """Store HTA's per-rank temporal breakdown + overlap for every set it can analyze."""
     expected: dict[str, dict] = {}
-    for name, paths in corpus_sets().items():
+    for name, paths in {**fixture_sets(), **corpus_sets()}.items():
         answer, wall, _ = run_hta(paths)
-        files = [str(p.relative_to(CORPUS)) for p in paths]
-        expected[name] = {"files": files, **answer}
+        root = REPO if name.startswith("fixtures/") else CORPUS
+        files = [str(p.relative_to(root)) for p in paths]
+        expected[name] = {"root": "repo" if root == REPO else "corpus", "files": files, **answer}
         print(f"{name}: {'ok' if answer['ok'] else answer['error'][:120]} ({wall:.1f}s)", file=sys.stderr)
     EXPECTED.parent.mkdir(parents=True, exist_ok=True)
     EXPECTED.write_text(json.dumps({"hta_version": "0.5.0", "sets": expected}, indent=1) + "\n")

@@ -24,9 +24,12 @@ Notes:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
-from forensics.ingest.traces import TraceLoad
+from forensics.ingest.traces import TraceLoad, find_traces, load_traces
+from forensics.schema import InputStatus
 
 COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
 
@@ -133,9 +136,8 @@ def _overlap(gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 def _pctg(part: str, whole: str) -> pl.Expr:
-    # numpy's round: scale, round half to even, unscale (what HTA's pandas round does).
-    ratio = 100 * pl.col(part) / pl.col(whole)
-    return pl.when(pl.col(whole) > 0).then((ratio * 100).round(0, mode="half_to_even") / 100)
+    # Polars' half-to-even round(2) gives numpy's (so pandas', so HTA's) result bit for bit.
+    return pl.when(pl.col(whole) > 0).then((100 * pl.col(part) / pl.col(whole)).round(2, mode="half_to_even"))
 
 
 def breakdown_frame(loads: list[TraceLoad]) -> pl.DataFrame:
@@ -153,6 +155,7 @@ def breakdown_frame(loads: list[TraceLoad]) -> pl.DataFrame:
         .join(_union_stats(gpu.filter(pl.col("kernel_type") == COMPUTATION), "comp"), on="trace", how="left")
         .join(comm, on="trace", how="left")
         .join(_overlap(gpu), on="trace", how="left")
+        .with_columns(pl.col("overlap").fill_null(0))
         .with_columns(
             (pl.col("gpu_last") - pl.col("gpu_first")).fill_null(0).alias("kernel_time_us"),
             pl.col("comp_union").fill_null(0).alias("compute_time_us"),
@@ -162,7 +165,6 @@ def breakdown_frame(loads: list[TraceLoad]) -> pl.DataFrame:
             (pl.col("kernel_time_us") - pl.col("compute_time_us") - pl.col("idle_time_us")).alias("non_compute_time_us")
         )
     )
-    overlap_ratio = 100 * pl.col("overlap").fill_null(0) / pl.col("comm_union")
     return table.select(
         "rank",
         "kernel_time_us",
@@ -172,9 +174,7 @@ def breakdown_frame(loads: list[TraceLoad]) -> pl.DataFrame:
         _pctg("idle_time_us", "kernel_time_us").alias("idle_time_pctg"),
         _pctg("compute_time_us", "kernel_time_us").alias("compute_time_pctg"),
         _pctg("non_compute_time_us", "kernel_time_us").alias("non_compute_time_pctg"),
-        pl.when(pl.col("comm_union") > 0)
-        .then((overlap_ratio * 100).round(0, mode="half_to_even") / 100)
-        .alias("comp_comm_overlap_pctg"),
+        _pctg("overlap", "comm_union").alias("comp_comm_overlap_pctg"),
         "file",
     )
 
@@ -183,3 +183,13 @@ def trace_breakdown(loads: list[TraceLoad]) -> list[dict]:
     """CONTRACT.md's `forensics traces --format json` list, sorted by rank."""
     frame = breakdown_frame(loads).sort("rank", nulls_last=True).drop("file")
     return frame.to_dicts()
+
+
+def trace_summary_json(directory: Path) -> list[dict]:
+    """`forensics traces DIR --format json`: find the traces under DIR, load, break down.
+
+    Files that are not traces at all (no readable JSON) are left out; a file whose
+    rank cannot be told keeps `"rank": null`.
+    """
+    loads = [t for t in load_traces(find_traces(directory)) if t.status != InputStatus.SKIPPED]
+    return trace_breakdown(loads)
