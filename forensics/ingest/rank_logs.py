@@ -116,7 +116,7 @@ def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
     )
     file_has_globals = pl.col("tag_rank").is_not_null().any().over("file")
     bare_local = pl.when(~file_has_globals).then(pl.col("tag_local"))
-    return lines.join(files.lazy(), on="file", how="left").with_columns(
+    return lines.join(files.lazy(), on="file", how="left", maintain_order="left").with_columns(
         rank=pl.coalesce(
             "tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", bare_local
         ).cast(pl.Int32),
