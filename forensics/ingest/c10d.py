@@ -224,7 +224,7 @@ def _table_exits(lines: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("text")
     marks = lines.filter(
         text.str.contains(_TABLE_INDEX)
-        | text.str.contains(r"(?:time|host|rank|exitcode|error_file|traceback)\s+: ")
+        | text.str.contains(r"\s(?:time|host|rank|exitcode|error_file|traceback)\s*: ")
         | text.str.contains(r"Root Cause \(first observed failure\):|(?:^|\s)Failures:\s*$|(?:^|[\s:])={20,}\s*$")
     ).with_columns(
         idx=text.str.extract(_TABLE_INDEX),

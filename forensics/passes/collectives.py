@@ -44,7 +44,7 @@ TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_terminat
 PROGRESS_KINDS = ["failure_detected", "last_work_status", "dump_signal"]
 NETWORK_WARNS = ["ib_completion", "ib_async", "socket"]  # remote_exited is a cascade
 DEFAULT_PG = "default"
-_TABLE_ROW = r"^\s*\[\d+\]:\s*$|^\s+(?:time|host|rank|exitcode|error_file|traceback)\s+: "
+_TABLE_ROW = r"^\s*\[\d+\]:\s*$|^\s+(?:time|host|rank|exitcode|error_file|traceback)\s*: "
 
 COLLECTIVE_RANKS: dict[str, pl.DataType] = {
     "rank": pl.Int32,
