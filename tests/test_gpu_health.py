@@ -143,3 +143,14 @@ def test_gpu_missing_from_later_samples_and_idle_gpu():
     idle = "\n".join(ln.replace(", 100 %,", ", 3 %,") if ", 1, 0000" in ln else ln for ln in text) + "\n"
     samples, _ = parse_gpu_csv(idle, "q.csv", "h")
     assert analyze_gpu_health(samples, None).findings["pattern"].to_list() == ["GPU-UTIL-IMBALANCE"]
+
+
+def test_figures_one_png_per_host(tmp_path):
+    from forensics.report.gpu_figures import render_gpu_figures
+
+    samples, _ = load(INCIDENTS / "gpu_thermal_straggler", host="node-c")
+    _, events = load(INCIDENTS / "hw_xid79_fell_off_bus")
+    paths = render_gpu_figures(samples, events, tmp_path)
+    assert [p.name for p in paths] == ["gpu_node-c.png"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert render_gpu_figures(samples.head(0), None, tmp_path) == []
