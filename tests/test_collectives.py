@@ -1,0 +1,211 @@
+"""Hang localization end to end: fixture incidents -> LINES -> parsers -> the culprit rank."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.analyze import ingest_text
+from forensics.discover import discover
+from forensics.incident import Incident
+from forensics.ingest.c10d import COLLECTIVES
+from forensics.ingest.flight_recorder import entries_frame, flight_recorder_step
+from forensics.passes.collectives import collectives_step, localize_hang, rank_ranges, summarize_state
+from forensics.report.collectives_section import render_collectives
+from forensics.schema import FINDINGS, LINES, conform
+
+ROOT = Path(__file__).resolve().parents[1]
+INCIDENTS = ROOT / "fixtures" / "incidents"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_hang_incidents", ROOT / "fixtures/generate/make_hang_incidents.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+
+
+def run(folder: Path) -> Incident:
+    incident = Incident(root=folder)
+    incident.inputs = discover(folder)
+    ingest_text(incident)
+    flight_recorder_step(incident, lambda _: None)
+    collectives_step(incident, lambda _: None)
+    return incident
+
+
+def culprits(incident: Incident, *patterns: str) -> pl.DataFrame:
+    mine = incident.findings.filter(pl.col("pattern").is_in(list(patterns)) if patterns else pl.lit(True))
+    return mine.filter(pl.col("role") == "initiating")
+
+
+def captures(finding: dict) -> dict:
+    return json.loads(finding["captures"])
+
+
+@pytest.fixture(scope="module")
+def incidents():
+    return {}
+
+
+def incident_of(name: str, cache: dict) -> Incident:
+    if name not in cache:
+        cache[name] = run(INCIDENTS / name)
+    return cache[name]
+
+
+@pytest.mark.parametrize(
+    "name, patterns",
+    [
+        ("hang_nccl_8rank_one_silent", ("HANG001", "HANG002")),
+        ("hang_64rank_lagging_seq", ("HANG001",)),
+        ("nccl_ib_completion_error", ("NCCLNET001",)),
+        ("hang_desync_mismatch", ("HANG004", "DESYNC001")),
+        ("hang_flight_recorder", ("HANG005",)),
+    ],
+)
+def test_fixture_culprits_match_expected(name, patterns, incidents):
+    expected = json.loads((INCIDENTS / name / "expected.json").read_text())
+    incident = incident_of(name, incidents)
+    found = culprits(incident, "HANG001", "HANG002", "HANG004", "HANG005", "DESYNC001", "NCCLNET001")
+    assert sorted(set(found["rank"].to_list())) == expected["culprit_ranks"]
+    assert set(found["pattern"].to_list()) == set(patterns)
+    hosts = sorted(set(found["host"].drop_nulls().to_list()))
+    assert hosts == expected["culprit_hosts"]
+    assert found.filter(pl.col("file").is_null()).is_empty()  # every claim cites a file
+
+
+def test_silent_rank_cites_its_last_line_and_the_lagging_seq(incidents):
+    incident = incident_of("hang_nccl_8rank_one_silent", incidents)
+    silent = culprits(incident, "HANG002").row(0, named=True)
+    assert silent["file"] == "rank_5.log"
+    assert silent["line"] == 11  # its log's last line: the dump signal it only observed
+    assert "Last enqueued NCCL work: 1183, last completed NCCL work: 1183" in captures(silent)["evidence"]
+    assert captures(silent)["crowd"] == "0-4, 6-7" and captures(silent)["crowd_seq"] == 1184
+    lagging = culprits(incident, "HANG001").row(0, named=True)
+    assert (captures(lagging)["lagging_seq"], captures(lagging)["others_seq"]) == (1183, 1184)
+    assert lagging["pci_bus_id"] == "00000000:2A:00.0" and lagging["gpu"] == 1
+    # torchrun's "Root Cause" names a SIGABRT victim; nothing here may blame it.
+    assert incident.findings.filter(pl.col("pattern") == "HANG003").is_empty()
+
+
+def test_lagging_seq_64_ranks(incidents):
+    incident = incident_of("hang_64rank_lagging_seq", incidents)
+    finding = culprits(incident, "HANG001").row(0, named=True)
+    assert (finding["rank"], finding["host"]) == (37, "hgx-005")
+    assert (captures(finding)["lagging_seq"], captures(finding)["others_seq"], captures(finding)["field"]) == (
+        4408, 4409, "last_completed"
+    )
+    assert "#4408" in finding["text"] and "63 other rank(s)" in finding["text"]
+    state = incident.tables["collective_state"]
+    assert state.select("ranks", "state").rows() == [("37", "culprit:HANG001"), ("0-36, 38-63", "timed_out")]
+
+
+def test_network_error_names_the_rank_whose_link_failed(incidents):
+    incident = incident_of("nccl_ib_completion_error", incidents)
+    finding = culprits(incident, "NCCLNET001").row(0, named=True)
+    assert finding["category"] == "NETWORK"
+    assert captures(finding)["ib_status"] == "12" and captures(finding)["vendor_err"] == 129
+    assert "status=12" in finding["text"] and finding["gpu"] == 3
+    # The crowd's timeouts are not blamed on anyone: all ranks completed the same work.
+    assert culprits(incident, "HANG001", "HANG002").is_empty()
+
+
+def test_desync_mismatch(incidents):
+    incident = incident_of("hang_desync_mismatch", incidents)
+    mismatch = culprits(incident, "DESYNC001").row(0, named=True)
+    assert captures(mismatch)["expected"] == "ALLREDUCE" and captures(mismatch)["found"] == "BROADCAST"
+    assert captures(mismatch)["seq"] == 57
+
+
+def test_flight_recorder_missing_rank_and_refused_dump(incidents, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    incident = run(INCIDENTS / "hang_flight_recorder")
+    assert not (tmp_path / "FORENSICS_PICKLE_RAN").exists()
+    finding = culprits(incident, "HANG005").row(0, named=True)
+    assert finding["file"] == "nccl_trace_rank_3"
+    assert captures(finding)["seq"] == 25
+    mismatches = incident.tables["fr_mismatches"]
+    assert mismatches.select("seq", "problem", "ranks", "expected").rows() == [(25, "missing_ranks", "3", "nccl:all_reduce")]
+    statuses = dict(incident.inputs.select("path", "problem").rows())
+    assert "refused to import" in statuses["untrusted/nccl_trace_rank_0"]
+
+
+def test_flight_recorder_op_size_and_dtype_mismatch():
+    dumps = [GEN.fr_dump(r, 3, 9, 1, None) for r in range(3)]
+    dumps[1]["entries"][6]["profiling_name"] = "nccl:broadcast"  # seq 7
+    dumps[2]["entries"][7]["input_sizes"] = [[4096, 512]]  # seq 8
+    dumps[0]["entries"][8]["input_dtypes"] = ["Float"]  # seq 9
+    entries = pl.concat([entries_frame(d, f"trace_{r}", r) for r, d in enumerate(dumps)])
+    result = localize_hang(conform(pl.DataFrame(), COLLECTIVES), entries, None, [], 3)
+    rows = result.tables["fr_mismatches"].select("seq", "problem", "ranks").rows()
+    assert rows == [(7, "COLLECTIVE_TYPE_MISMATCH", "1"), (8, "SIZE_OR_SYNTAX_MISMATCH", "2"), (9, "COLLECTIVE_DTYPE_MISMATCH", "0")]
+    assert sorted(result.findings["rank"].to_list()) == [0, 1, 2]
+    assert set(result.findings["pattern"]) == {"DESYNC001"}
+
+
+def test_1024_ranks_fold_into_ranges(tmp_path):
+    folder = GEN.write_lagging(tmp_path, world=1024, per_host=8, culprit=512, name="hang_1024")
+    incident = run(folder)
+    finding = culprits(incident, "HANG001").row(0, named=True)
+    assert (finding["rank"], finding["host"]) == (512, "hgx-065")
+    assert captures(finding)["lagging_seq"] == 4408
+    state = incident.tables["collective_state"]
+    assert state.select("ranks", "n_ranks", "last_completed").rows() == [("512", 1, 4408), ("0-511, 513-1023", 1023, 4409)]
+    assert incident.tables["nccl_topology"].height == 1024
+    markdown = render_collectives(incident.tables)
+    assert "0-511, 513-1023" in markdown
+    assert markdown.count("\n| ") < 60  # summarized, not one row per rank
+
+
+def test_real_gloo_hang_names_the_rank_that_skipped_the_collective():
+    folder = INCIDENTS / "rank_skips_collective"
+    if not folder.exists():
+        pytest.skip("real torchrun fixture not present")
+    incident = run(folder)
+    found = culprits(incident, "HANG002")
+    assert found["rank"].to_list() == [3]
+    assert captures(found.row(0, named=True))["crowd"] == "0-2"
+
+
+def test_no_timeouts_no_findings():
+    lines = conform(pl.DataFrame({"file": "r.log", "line": [1], "text": ["step 1 | loss 2.0"], "rank": [0]}), LINES)
+    incident = Incident(root=Path("."), lines=lines)
+    collectives_step(incident, lambda _: None)
+    assert incident.findings.is_empty()
+    assert incident.findings.columns == list(FINDINGS)
+
+
+def test_rank_ranges_and_summary():
+    assert rank_ranges([7, 0, 1, 2, 3, 9, 10, 10]) == "0-3, 7, 9-10"
+    assert rank_ranges([]) == ""
+    per_rank = pl.DataFrame(
+        {"rank": [0, 1, 2, 3], "pg": "0", "last_enqueued": [5, 5, 4, 5], "last_completed": 4, "timed_out_seq": [5, 5, None, 5],
+         "op_type": "ALLREDUCE", "state": ["timed_out", "timed_out", "culprit:HANG001", "timed_out"], "host": None},
+    )  # fmt: skip
+    summary = summarize_state(per_rank)
+    assert summary.select("ranks", "n_ranks").rows() == [("2", 1), ("0-1, 3", 3)]
+
+
+def test_report_escapes_log_text():
+    warns = pl.DataFrame(
+        {"kind": ["other"], "rank": [3], "file": ["a|b.log"], "line": [7], "time": [None],
+         "msg": ["evil `code` | pipe <script>alert(1)</script>"]},
+        schema_overrides={"time": pl.Datetime("us", "UTC")},
+    )  # fmt: skip
+    markdown = render_collectives({"nccl_warns": warns})
+    assert "<script>" not in markdown and "&lt;script&gt;" in markdown
+    assert "evil `code`" not in markdown
+    row = next(line for line in markdown.splitlines() if "evil" in line)
+    assert row.count(" | ") == 4  # the pipe in the message did not add a column
+    assert render_collectives({}) == ""
+
