@@ -1,0 +1,169 @@
+"""Verdict fusion on synthetic FINDINGS: the initiator wins over the crowd, specificity breaks ties."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+
+from forensics.ingest.metrics import extract_metrics
+from forensics.passes.cross_rank import rank_table
+from forensics.passes.templates import unmatched_error_templates
+from forensics.schema import LINES, Category, conform
+from forensics.verdict import decide
+from tests.conftest import findings_frame
+
+T0 = datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC)
+OOM = "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB. GPU 5 has a total capacity of 79.10 GiB of which 364.31 MiB is free."
+WATCHDOG = "[rank{r}]:[E101 10:10:00.715298746 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7753, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
+
+
+def finding(pattern, category, role, file, line, rank, time, text, severity="critical", host=None):
+    return {
+        "pattern": pattern, "title": pattern, "category": category, "severity": severity, "role": role,
+        "file": file, "line": line, "rank": rank, "host": host, "time": time, "text": text,
+    }
+
+
+def lines_for(rows: list[dict], extra: list[dict] | None = None) -> pl.DataFrame:
+    """The LINES a set of findings was cut from, plus a first line per file at T0."""
+    starts = [{"file": f, "line": 0, "rank": r, "time": T0, "text": "start"} for f, r in {(x["file"], x["rank"]) for x in rows}]
+    cited = [{k: x[k] for k in ("file", "line", "rank", "time", "text")} for x in rows]
+    frame = pl.DataFrame(starts + cited + (extra or []), schema_overrides={"time": pl.Datetime("us", "UTC"), "rank": pl.Int32})
+    return conform(frame.sort("file", "line"), LINES).with_columns(pl.col("line").cast(pl.Int64))
+
+
+def verdict_of(rows: list[dict], lines: pl.DataFrame | None = None):
+    findings = findings_frame(rows)
+    lines = lines if lines is not None else lines_for(rows)
+    world = None
+    ranks = rank_table(lines, findings, extract_metrics(lines), world)
+    unmatched = unmatched_error_templates(lines, findings)
+    return decide(findings, lines, ranks, unmatched, {}, world)
+
+
+def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
+    oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=10), OOM)
+    crowd = [
+        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 200, r, T0 + timedelta(seconds=610), WATCHDOG.format(r=r), severity="error")
+        for r in range(64) if r != 5
+    ]
+    v = verdict_of([oom, *crowd])
+    assert v.category == Category.CUDA_OOM
+    assert v.culprit_ranks == [5]
+    assert v.first_failure["file"] == "rank_5.log" and v.first_failure["line"] == 100
+    assert v.state == "crashed"
+    assert "63 other ranks then failed in cascade" in v.summary
+    assert [h.category for h in v.hypotheses] == ["CUDA_OOM", "COLLECTIVE_TIMEOUT"]
+    assert v.hypotheses[1].culprit_ranks == []  # the crowd alone names no culprit
+
+
+def test_the_crowd_does_not_win_by_numbers_even_when_earlier():
+    oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=30), OOM)
+    crowd = [
+        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 200, r, T0 + timedelta(seconds=1), WATCHDOG.format(r=r), severity="critical")
+        for r in range(1024) if r != 5
+    ]
+    assert verdict_of([oom, *crowd]).category == Category.CUDA_OOM
+
+
+def test_xid_seconds_before_a_network_error_is_hardware():
+    xid = finding(
+        "XID079", "HARDWARE", "initiating", "node3/dmesg.log", 40, None, T0 + timedelta(seconds=100),
+        "[Fri Jan  1 10:01:40 2026] NVRM: Xid (PCI:0000:2b:00): 79, pid=1797828, name=pt_main_thread, GPU has fallen off the bus.",
+        host="node3",
+    )
+    ib = finding(
+        "NCCL_IB", "NETWORK", "initiating", "rank_2.log", 70, 2, T0 + timedelta(seconds=103),
+        "node3:185303:186751 [2] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer 10.99.91.63<51161> with status=12",
+        severity="error", host="node3",
+    )
+    v = verdict_of([xid, ib])
+    assert v.category == Category.HARDWARE
+    assert v.culprit_hosts == ["node3"]
+    assert v.hypotheses[1].category == Category.NETWORK
+
+
+def test_host_oom_explains_the_sigkill():
+    killer = finding(
+        "HOSTOOM001", "HOST_OOM", "initiating", "node1/kern.log", 12, None, T0 + timedelta(seconds=50),
+        "Jan  1 10:00:50 node1 kernel: Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:87654321kB",
+        host="node1",
+    )
+    sigkill = finding(
+        "TORCHRUN_SIG9", "PROCESS_KILLED", "symptom", "console.log", 300, 3, T0 + timedelta(seconds=52),
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python",
+        severity="error",
+    )
+    v = verdict_of([killer, sigkill])
+    assert v.category == Category.HOST_OOM
+    assert v.culprit_hosts == ["node1"]
+
+
+def test_only_cascades_is_a_collective_timeout_without_culprit():
+    crowd = [
+        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 9, r, T0 + timedelta(seconds=600), WATCHDOG.format(r=r), severity="error")
+        for r in range(8)
+    ]
+    v = verdict_of(crowd)
+    assert v.category == Category.COLLECTIVE_TIMEOUT
+    assert v.culprit_ranks == []
+    assert v.state == "hung"
+
+
+def test_nothing_is_no_failure():
+    lines = conform(
+        pl.DataFrame({"file": "rank_0.log", "line": [1, 2], "rank": 0, "text": ["step 1 | loss 3.5", "step 2 | loss 3.4"]}),
+        LINES,
+    )
+    v = verdict_of([], lines)
+    assert v.category == Category.NO_FAILURE
+    assert v.state == "healthy"
+    assert v.first_failure is None and v.hypotheses == []
+
+
+def test_events_and_info_findings_are_not_failures():
+    saved = finding("CKPT_SAVED", "CHECKPOINT_IO", "event", "rank_0.log", 5, 0, T0, "Saved checkpoint to /ckpt/step_100", severity="info")
+    assert verdict_of([saved]).category == Category.NO_FAILURE
+
+
+def test_unmatched_error_only_is_unknown_and_cites_it():
+    lines = conform(
+        pl.DataFrame(
+            {
+                "file": "rank_1.log",
+                "line": [1, 2, 3],
+                "rank": 1,
+                "text": ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "x.py", line 3', "[rank1]: ZeroDivisionError: division by zero"],
+            }
+        ),
+        LINES,
+    )
+    v = verdict_of([], lines)
+    assert v.category == Category.UNKNOWN
+    assert v.state == "unknown"
+    assert (v.first_failure["file"], v.first_failure["line"]) == ("rank_1.log", 3)
+
+
+def test_untimed_lines_are_ordered_by_the_previous_time_in_their_stream():
+    # rank_0.log: 10:00:00 then an untimed DataLoader error; rank_1.log: a CUDA error at 10:00:30.
+    # The untimed error happened after 10:00:00, so it is the earlier failure, though CUDA_ERROR
+    # is the more specific category.
+    loader = finding("DATA001", "DATA_PIPELINE", "initiating", "rank_0.log", 5, 0, None,
+                     "[rank0]: RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.")
+    cuda = finding("CUDA001", "CUDA_ERROR", "initiating", "rank_1.log", 5, 1, T0 + timedelta(seconds=30),
+                   "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    v = verdict_of([loader, cuda])
+    assert v.category == Category.DATA_PIPELINE
+    assert v.culprit_ranks == [0]
+
+
+def test_the_previous_time_comes_from_the_same_rank_not_the_same_file():
+    # One console: rank 1 logs at 10:09, then rank 0's untimed error; rank 0 last spoke at 10:00.
+    loader = finding("DATA001", "DATA_PIPELINE", "initiating", "console.log", 5, 0, None,
+                     "[rank0]: RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.")
+    cuda = finding("CUDA001", "CUDA_ERROR", "initiating", "rank_2.log", 5, 2, T0 + timedelta(seconds=30),
+                   "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    rank1_late = {"file": "console.log", "line": 4, "rank": 1, "time": T0 + timedelta(minutes=9), "text": "[rank1]: late"}
+    v = verdict_of([loader, cuda], lines_for([loader, cuda], extra=[rank1_late]))
+    assert v.category == Category.DATA_PIPELINE
