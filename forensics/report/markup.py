@@ -21,7 +21,9 @@ def cell(value: object, limit: int = MAX_CELL) -> str:
     text = str(value)
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return _MARKDOWN_SPECIALS.sub(r"\\\1", text.translate(_CELL_ESCAPES))
+    # Markdown specials first: escaping them after the table escapes would double the
+    # backslash of `\|` into `\\|`, which renders a backslash and a live pipe.
+    return _MARKDOWN_SPECIALS.sub(r"\\\1", text).translate(_CELL_ESCAPES)
 
 
 def code(value: object) -> str:
