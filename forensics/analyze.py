@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics import sources
 from forensics.catalog.load import Pattern, load_catalog
 from forensics.catalog.match import match_catalog
 from forensics.discover import discover, rank_from_name
@@ -22,6 +23,7 @@ from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.cross_rank import rank_table, world_size
 from forensics.passes.templates import unmatched_error_templates
 from forensics.schema import InputKind, InputStatus
+from forensics.steps.common import Step
 from forensics.verdict import Verdict, decide
 
 TEXT_KINDS = (InputKind.RANK_LOG, InputKind.CONSOLE_LOG, InputKind.NCCL_LOG, InputKind.KERNEL_LOG)
@@ -74,15 +76,16 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
 
     progress(f"reading {incident.inputs.height} files")
     ingest_text(incident)
-    for source in optional_sources():
-        source(incident, progress)
+    for step in sources.SOURCES:
+        run_isolated(step, incident, progress)
 
     progress(f"matching {len(patterns)} patterns over {incident.lines.height:,} lines")
     incident.add_findings(match_catalog(incident.lines, patterns))
     incident.metrics = extract_metrics(incident.lines)
 
-    for analysis_pass in optional_passes():
-        analysis_pass(incident, progress)
+    for step in sources.PASSES:
+        run_isolated(step, incident, progress)
+    incident.findings = deduplicate(incident.findings)
 
     world = world_size(incident.lines, incident.findings)
     incident.ranks = rank_table(incident.lines, incident.findings, incident.metrics, world)
@@ -98,6 +101,32 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
     return Analysis(incident, verdict, patterns, world, unmatched)
 
 
+def run_isolated(step: Step, incident: Incident, progress: Progress) -> None:
+    """Run one step; if it fails, its files become `partial` with the reason, and we go on.
+
+    This is a safety net for inputs no one foresaw, not error handling: the reason is
+    kept in the inputs table so the failure is visible in every report.
+    """
+    try:
+        step.run(incident, progress)
+    except Exception as exc:  # a reader bug on odd input must not cost the whole postmortem
+        reason = f"{step.name} step failed: {type(exc).__name__}: {str(exc)[:200]}"
+        progress(reason)
+        paths = incident.paths_of_kind(*step.kinds) if step.kinds else []
+        incident.apply_statuses([FileStatus(p, InputStatus.PARTIAL, reason) for p in paths])
+        incident.step_errors.append(reason)
+
+
+def deduplicate(findings: pl.DataFrame) -> pl.DataFrame:
+    """One finding per (file, line, category): keep the one that knows most (rank, GPU)."""
+    cited = findings.filter(pl.col("line").is_not_null())
+    uncited = findings.filter(pl.col("line").is_null())
+    kept = cited.sort(
+        [pl.col("rank").is_null(), pl.col("gpu").is_null(), pl.col("pci_bus_id").is_null(), "pattern"]
+    ).unique(["file", "line", "category"], keep="first", maintain_order=True)
+    return pl.concat([kept, uncited]).sort(["file", "line", "pattern"], nulls_last=True)
+
+
 def _mark_unclaimed(incident: Incident) -> None:
     """Files no ingest module claimed stay visible in the inputs table, with the reason."""
     unclaimed = incident.inputs.filter(pl.col("status").is_null())
@@ -105,15 +134,3 @@ def _mark_unclaimed(incident: Incident) -> None:
         [FileStatus(p, InputStatus.SKIPPED, f"no reader for kind '{k}' yet") for p, k in unclaimed.select("path", "kind").iter_rows()]
     )
 
-
-def optional_sources() -> list[Callable[[Incident, Progress], None]]:
-    """Ingest steps beyond text logs (traces, GPU dumps, Flight Recorder), when present."""
-    from forensics import sources
-
-    return sources.SOURCES
-
-
-def optional_passes() -> list[Callable[[Incident, Progress], None]]:
-    from forensics import sources
-
-    return sources.PASSES

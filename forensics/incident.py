@@ -51,6 +51,7 @@ class Incident:
     metrics: pl.DataFrame = field(default_factory=lambda: empty(METRICS))
     ranks: pl.DataFrame = field(default_factory=lambda: empty(RANKS))
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    step_errors: list[str] = field(default_factory=list)  # steps that failed on this input
 
     def table(self, name: str) -> pl.DataFrame | None:
         return self.tables.get(name)

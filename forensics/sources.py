@@ -1,7 +1,9 @@
-"""Registry of the ingest steps and passes beyond text logs and the pattern catalog.
+"""Registry of the pipeline steps beyond text logs and the pattern catalog, in run order.
 
-Each entry takes the Incident and a progress callback and merges its frames and
-findings in. A failure inside one entry marks its files instead of ending the run.
+SOURCES read files or frames into tables; PASSES judge (run after the catalog has
+matched); SECTIONS render markdown from tables; FIGURES draw PNGs. `analyze` runs each
+step isolated: a step that fails marks the files it reads as partial instead of ending
+the analysis.
 """
 
 from __future__ import annotations
@@ -10,33 +12,33 @@ from collections.abc import Callable
 from pathlib import Path
 
 from forensics.incident import Incident
-from forensics.passes.correlation import correlate, explain_periodicity
-from forensics.passes.periodicity import find_periodicity
-from forensics.passes.stragglers import find_stragglers
 from forensics.report.timing_section import render_timing
+from forensics.schema import InputKind
+from forensics.steps import collectives, gpu, timing
+from forensics.steps.common import Step
 
-Step = Callable[[Incident, Callable[[str], None]], None]
+GPU_KINDS = (
+    InputKind.NVIDIA_SMI_QUERY, InputKind.NVIDIA_SMI_CSV, InputKind.NVIDIA_SMI_DMON, InputKind.NVIDIA_SMI_TOPO,
+    InputKind.KERNEL_LOG,
+)  # fmt: skip
 
+SOURCES: list[Step] = [
+    Step("nccl-c10d", collectives.ingest_nccl_and_c10d),
+    Step("flight-recorder", collectives.ingest_flight_recorder, (InputKind.FLIGHT_RECORDER,)),
+    Step("gpu", gpu.ingest_gpu, GPU_KINDS),
+]
 
-def timing_pass(incident: Incident, progress: Callable[[str], None]) -> None:
-    """Recurring step-time spikes and the events that precede spikes or failures."""
-    correlations = correlate(incident.findings, incident.metrics)
-    incident.tables["periodicity"] = explain_periodicity(find_periodicity(incident.metrics), correlations)
-    incident.tables["correlations"] = correlations
+PASSES: list[Step] = [
+    Step("hang", collectives.hang_pass),
+    Step("gpu-health", gpu.gpu_health_pass),
+    Step("timing", timing.timing_pass),
+    Step("stragglers", timing.straggler_pass),
+]
 
+SECTIONS: list[Callable[[Incident], str | None]] = [
+    collectives.render_collectives_section,
+    gpu.render_gpu_section,
+    render_timing,
+]
 
-def straggler_pass(incident: Incident, progress: Callable[[str], None]) -> None:
-    """Ranks slower than their peers in their own logged step times."""
-    table, findings = find_stragglers(incident.metrics)
-    incident.tables["stragglers"] = table
-    incident.add_findings(findings)
-
-
-SOURCES: list[Step] = []
-PASSES: list[Step] = [timing_pass, straggler_pass]
-
-# Markdown sections rendered from an incident's tables (collectives, GPU health, traces).
-SECTIONS: list[Callable[[Incident], str | None]] = [render_timing]
-
-# Figure writers: (incident, figures directory) -> paths of the PNGs written.
-FIGURES: list[Callable[[Incident, Path], list[Path]]] = []
+FIGURES: list[Callable[[Incident, Path], list[Path]]] = [gpu.draw_gpu_figures]

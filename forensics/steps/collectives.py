@@ -1,0 +1,56 @@
+"""Collective step: NCCL and c10d lines, torchrun exits and Flight Recorder dumps -> hang culprits."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.incident import Incident
+from forensics.ingest.c10d import parse_collectives, parse_exits
+from forensics.ingest.flight_recorder import load_flight_recorder
+from forensics.ingest.nccl import parse_nccl
+from forensics.passes.collectives import localize_hang
+from forensics.passes.cross_rank import world_size
+from forensics.report.collectives_section import render_collectives
+from forensics.schema import InputKind
+from forensics.steps.common import Progress
+
+
+def ingest_nccl_and_c10d(incident: Incident, progress: Progress) -> None:
+    """NCCL topology/warnings, watchdog/collective events and torchrun exits, from LINES."""
+    if incident.lines.is_empty():
+        return
+    progress("reading NCCL and c10d messages")
+    incident.tables.update(parse_nccl(incident.lines))
+    incident.tables["collectives"] = parse_collectives(incident.lines)
+    incident.tables["exits"] = parse_exits(incident.lines)
+
+
+def ingest_flight_recorder(incident: Incident, progress: Progress) -> None:
+    paths = incident.paths_of_kind(InputKind.FLIGHT_RECORDER)
+    if paths:
+        progress(f"reading {len(paths)} Flight Recorder dumps")
+        incident.merge_source(load_flight_recorder(incident.root, paths))
+
+
+def hang_pass(incident: Incident, progress: Progress) -> None:
+    collectives = incident.tables.get("collectives")
+    fr_entries = incident.tables.get("fr_entries")
+    if (collectives is None or collectives.is_empty()) and (fr_entries is None or fr_entries.is_empty()):
+        return
+    progress("localizing the collective hang")
+    ranks_seen = incident.lines["rank"].drop_nulls().unique().to_list()
+    result = localize_hang(
+        collectives if collectives is not None else pl.DataFrame(),
+        fr_entries,
+        incident.tables.get("nccl_topology"),
+        ranks_seen,
+        world_size(incident.lines, incident.findings),
+        exits=incident.tables.get("exits"),
+        nccl_warns=incident.tables.get("nccl_warns"),
+        lines=incident.lines,
+    )
+    incident.merge_pass(result)
+
+
+def render_collectives_section(incident: Incident) -> str | None:
+    return render_collectives(incident.tables) or None
