@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 _CELL_ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " ", "`": "'"})
 _MARKDOWN_SPECIALS = re.compile(r"([\\*_\[\]#~])")
+_LIVE_PIPE = re.compile(r"(?<!\\)((?:\\\\)*)\|")  # after an even run of backslashes
 MAX_CELL = 160
 
 
@@ -42,9 +43,15 @@ def code_block(lines: Iterable[str], language: str = "text") -> str:
     return f"{fence}{language}\n{body}\n{fence}"
 
 
+def _table_cell(value: object) -> str:
+    # GFM splits a row at every unescaped pipe, even inside a code span: a quoted Megatron
+    # line (`iteration 5/ 10 | lm loss: ...`) would spill into the next columns.
+    return _LIVE_PIPE.sub(r"\1\\|", str(value).replace("\n", " "))
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(_table_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
 
 
