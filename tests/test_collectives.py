@@ -13,9 +13,10 @@ import pytest
 from forensics.analyze import ingest_text
 from forensics.discover import discover
 from forensics.incident import Incident
-from forensics.ingest.c10d import COLLECTIVES
-from forensics.ingest.flight_recorder import entries_frame, flight_recorder_step
-from forensics.passes.collectives import collectives_step, localize_hang, rank_ranges, summarize_state
+from forensics.ingest.c10d import parse_collectives, parse_exits
+from forensics.ingest.flight_recorder import entries_frame, load_flight_recorder
+from forensics.ingest.nccl import parse_nccl
+from forensics.passes.collectives import localize_hang, rank_ranges, summarize_state
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import FINDINGS, LINES, conform
 
@@ -34,13 +35,27 @@ def _generator():
 GEN = _generator()
 
 
+def localize(incident: Incident) -> Incident:
+    """What the pipeline does with these modules: parse LINES and dumps, then localize."""
+    lines = incident.lines
+    incident.tables.update(parse_nccl(lines))
+    dumps = incident.paths_of_kind("flight_recorder")
+    if dumps:
+        incident.merge_source(load_flight_recorder(incident.root, dumps))
+    result = localize_hang(
+        parse_collectives(lines), incident.tables.get("fr_entries"), incident.tables["nccl_topology"],
+        lines["rank"].drop_nulls().unique().to_list(), None,
+        exits=parse_exits(lines), nccl_warns=incident.tables["nccl_warns"], lines=lines,
+    )  # fmt: skip
+    incident.merge_pass(result)
+    return incident
+
+
 def run(folder: Path) -> Incident:
     incident = Incident(root=folder)
     incident.inputs = discover(folder)
     ingest_text(incident)
-    flight_recorder_step(incident, lambda _: None)
-    collectives_step(incident, lambda _: None)
-    return incident
+    return localize(incident)
 
 
 def culprits(incident: Incident, *patterns: str) -> pl.DataFrame:
@@ -146,7 +161,7 @@ def test_flight_recorder_op_size_and_dtype_mismatch():
     dumps[2]["entries"][7]["input_sizes"] = [[4096, 512]]  # seq 8
     dumps[0]["entries"][8]["input_dtypes"] = ["Float"]  # seq 9
     entries = pl.concat([entries_frame(d, f"trace_{r}", r) for r, d in enumerate(dumps)])
-    result = localize_hang(conform(pl.DataFrame(), COLLECTIVES), entries, None, [], 3)
+    result = localize_hang(pl.DataFrame(), entries, None, [], 3)  # no log lines at all
     rows = result.tables["fr_mismatches"].select("seq", "problem", "ranks").rows()
     assert rows == [(7, "COLLECTIVE_TYPE_MISMATCH", "1"), (8, "SIZE_OR_SYNTAX_MISMATCH", "2"), (9, "COLLECTIVE_DTYPE_MISMATCH", "0")]
     assert sorted(result.findings["rank"].to_list()) == [0, 1, 2]
@@ -179,8 +194,7 @@ def test_real_gloo_hang_names_the_rank_that_skipped_the_collective():
 
 def test_no_timeouts_no_findings():
     lines = conform(pl.DataFrame({"file": "r.log", "line": [1], "text": ["step 1 | loss 2.0"], "rank": [0]}), LINES)
-    incident = Incident(root=Path("."), lines=lines)
-    collectives_step(incident, lambda _: None)
+    incident = localize(Incident(root=Path("."), lines=lines))
     assert incident.findings.is_empty()
     assert incident.findings.columns == list(FINDINGS)
 

@@ -13,17 +13,16 @@ Entries become the FR_ENTRIES frame (shapes and dtypes kept as strings, e.g.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import polars as pl
 
-from forensics.incident import FileStatus, Incident, SourceResult
+from forensics.incident import FileStatus, SourceResult
 from forensics.ingest.text import read_bytes
 from forensics.safe_pickle import MAX_PICKLE_BYTES, load_plain
-from forensics.schema import TIME, InputKind, InputStatus, conform, empty
+from forensics.schema import TIME, InputStatus, conform, empty
 
 FR_ENTRIES: dict[str, pl.DataType] = {
     "file": pl.String,
@@ -244,10 +243,3 @@ def load_flight_recorder(root: Path, paths: list[str]) -> SourceResult:
     }
     return SourceResult(tables=tables, statuses=statuses)
 
-
-def flight_recorder_step(incident: Incident, progress: Callable[[str], None]) -> None:
-    """Pipeline step: read the incident's Flight Recorder dumps into its tables."""
-    paths = incident.paths_of_kind(InputKind.FLIGHT_RECORDER)
-    if paths:
-        progress(f"reading {len(paths)} Flight Recorder dumps")
-        incident.merge_source(load_flight_recorder(incident.root, paths))

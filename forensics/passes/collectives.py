@@ -10,8 +10,8 @@ Notes:
       last completed work is lowest while others got further; when all completed the
       same work, the ranks whose last enqueued work is lowest (they never called the
       collective the others are stuck in).
-    - HANG002 silent: a majority of the ranks that left logs timed out, and some did
-      not. A rank with no timeout had no pending collective: it never got there.
+    - HANG002 silent: a strict majority of the ranks that left logs timed out, and some
+      did not. A rank with no timeout had no pending collective: it never got there.
     - HANG004 named by the desync report (TORCH_NCCL_DESYNC_DEBUG), in PG ranks.
     - HANG005 Flight Recorder: like torchfrtrace, entries are matched across ranks by
       (pg, collective_seq_id); a rank that never recorded collective N while others did
@@ -23,21 +23,22 @@ Notes:
     - HANG003 first exit: the worker torchrun saw fail first, when one is strictly
       first and did not die of the watchdog's own abort (SIGABRT). A weak signal: the
       table's "root cause" is only the first failure the agent *noticed*.
-    Thresholds: "silent" needs the crowd to be at least half of the ranks with logs and
-    at least two ranks; ranks without any log are blamed only when every rank with a
-    log timed out and they are few (at most one in eight).
+    Thresholds: "silent" needs the crowd to be more than half of the ranks with logs and
+    at least two ranks (when a crash makes torchrun kill a node's workers, half the job
+    goes quiet without being the cause); ranks without any log are blamed only when
+    every rank with a log timed out and they are few (at most one in eight).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import polars as pl
 
-from forensics.incident import Incident, PassResult
-from forensics.ingest.c10d import parse_collectives, parse_exits
-from forensics.ingest.nccl import parse_nccl, process_ranks
+from forensics.incident import PassResult
+from forensics.ingest.c10d import COLLECTIVES
+from forensics.ingest.nccl import process_ranks
 from forensics.schema import FINDINGS, Category, Role, Severity, conform, empty
 
 TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_terminated", "last_work_status", "gloo_timeout"]
@@ -104,15 +105,20 @@ def _finding(pattern: str, title: str, category: str, severity: str, role: str, 
     }  # fmt: skip
 
 
+def _is_timeout() -> pl.Expr:
+    """A timeout row; a terminated watchdog counts only when it quotes a timed-out work (not a CUDA error)."""
+    return pl.col("kind").is_in(TIMEOUT_KINDS) & ((pl.col("kind") != "watchdog_terminated") | pl.col("seq").is_not_null())
+
+
 def _rank_state(collectives: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, pg): how far the rank got, from watchdog and dump-signal lines."""
-    rows = collectives.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in(TIMEOUT_KINDS + PROGRESS_KINDS))
+    rows = collectives.filter(pl.col("rank").is_not_null() & (_is_timeout() | pl.col("kind").is_in(PROGRESS_KINDS)))
     return rows.group_by(pl.col("rank"), pl.col("pg_guid").fill_null(DEFAULT_PG).alias("pg")).agg(
         pl.col("last_enqueued").max(),
         pl.col("last_completed").max(),
-        pl.col("seq").filter(pl.col("kind").is_in(TIMEOUT_KINDS)).min().alias("timed_out_seq"),
-        pl.col("op_type").filter(pl.col("kind").is_in(TIMEOUT_KINDS)).first(),
-        pl.col("kind").is_in(TIMEOUT_KINDS).any().alias("timed_out"),
+        pl.col("seq").filter(_is_timeout()).min().alias("timed_out_seq"),
+        pl.col("op_type").filter(_is_timeout()).first(),
+        _is_timeout().any().alias("timed_out"),
     )
 
 
@@ -152,7 +158,7 @@ def _silent(state: pl.DataFrame, ranks_seen: list[int], world: int | None) -> tu
     """(crowd, silent ranks with logs, ranks without logs blamed)."""
     crowd = sorted(set(state.filter(pl.col("timed_out"))["rank"].to_list()))
     seen = sorted(set(ranks_seen) | set(state["rank"].to_list()))
-    if len(crowd) < 2 or len(crowd) * 2 < len(seen):
+    if len(crowd) < 2 or len(crowd) * 2 <= len(seen):
         return crowd, [], []
     silent = [r for r in seen if r not in set(crowd)]
     unseen: list[int] = []
@@ -257,7 +263,7 @@ def _last_lines(lines: pl.DataFrame | None) -> dict[int, dict]:
 
 
 def localize_hang(
-    collectives: pl.DataFrame,
+    collectives: pl.DataFrame | None,
     fr_entries: pl.DataFrame | None,
     nccl_topology: pl.DataFrame | None,
     ranks_seen: Iterable[int],
@@ -274,6 +280,7 @@ def localize_hang(
     ranks that left any log. Optional: torchrun `exits`, classified `nccl_warns`, and
     the LINES frame (to cite a silent rank's last line).
     """
+    collectives = conform(collectives, COLLECTIVES) if collectives is not None else empty(COLLECTIVES)
     topology = nccl_topology if nccl_topology is not None else empty({"nranks": pl.Int32})
     ranks_seen = sorted({int(r) for r in ranks_seen if r is not None})
     procs = process_ranks(topology) if "pid" in topology.columns else None
@@ -444,20 +451,3 @@ def summarize_state(per_rank: pl.DataFrame) -> pl.DataFrame:
         pl.col("state").str.starts_with("culprit").not_(), "last_completed", "ranks", nulls_last=True
     )
 
-
-def collectives_step(incident: Incident, progress: Callable[[str], None]) -> None:
-    """Pipeline step: NCCL and c10d frames from the incident's LINES, then `localize_hang`."""
-    progress("localizing collective hangs")
-    lines = incident.lines
-    nccl = parse_nccl(lines)
-    collectives = parse_collectives(lines)
-    exits = parse_exits(lines)
-    result = localize_hang(
-        collectives, incident.tables.get("fr_entries"), nccl["nccl_topology"],
-        lines["rank"].drop_nulls().unique().to_list(), None,
-        exits=exits, nccl_warns=nccl["nccl_warns"], lines=lines,
-    )  # fmt: skip
-    incident.tables.update(nccl)
-    incident.tables["collectives"] = collectives
-    incident.tables["exits"] = exits
-    incident.merge_pass(result)
