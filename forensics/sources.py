@@ -29,6 +29,7 @@ SOURCES: list[Step] = [
 ]
 
 PASSES: list[Step] = [
+    Step("attribution", collectives.attribution_pass),
     Step("hang", collectives.hang_pass),
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),

@@ -106,7 +106,10 @@ def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
     """
     per_file = pl.col("tag_rank").drop_nulls().unique().len().over("file")
     file_tag = pl.col("tag_rank").drop_nulls().first().over("file")
-    single_tag = pl.when(per_file == 1).then(file_tag)
+    # A per-rank file whose tagged lines all name one rank: its untagged lines are that rank's
+    # too. Not so for a console log, where untagged lines may come from the launcher.
+    per_rank_file = pl.col("name_rank").is_not_null() | pl.col("name_local").is_not_null()
+    single_tag = pl.when((per_file == 1) & per_rank_file).then(file_tag)
     # torchrun's `[default3]:` is a local rank; learn local -> global from lines carrying both.
     # Several nodes in one console reuse local ranks: map only when the answer is unique.
     by_local = ["file", "tag_local"]

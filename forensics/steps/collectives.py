@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import polars as pl
-
 from forensics.incident import Incident
-from forensics.ingest.c10d import parse_collectives, parse_exits
+from forensics.ingest.c10d import COLLECTIVES, parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
+from forensics.passes.attribution import attribute_ranks, known_hosts, pid_ranks
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
 from forensics.report.collectives_section import render_collectives
-from forensics.schema import InputKind
+from forensics.schema import InputKind, empty
 from forensics.steps.common import Progress
 
 
@@ -40,7 +39,7 @@ def hang_pass(incident: Incident, progress: Progress) -> None:
     progress("localizing the collective hang")
     ranks_seen = incident.lines["rank"].drop_nulls().unique().to_list()
     result = localize_hang(
-        collectives if collectives is not None else pl.DataFrame(),
+        collectives if collectives is not None else empty(COLLECTIVES),
         fr_entries,
         incident.tables.get("nccl_topology"),
         ranks_seen,
@@ -54,3 +53,10 @@ def hang_pass(incident: Incident, progress: Progress) -> None:
 
 def render_collectives_section(incident: Incident) -> str | None:
     return render_collectives(incident.tables) or None
+
+
+def attribution_pass(incident: Incident, progress: Progress) -> None:
+    """Ranks for launcher and kernel lines that name a worker by rank, pid or local rank."""
+    exits, topology = incident.tables.get("exits"), incident.tables.get("nccl_topology")
+    single_node = len(known_hosts(incident.lines, exits, topology)) <= 1
+    incident.findings = attribute_ranks(incident.findings, pid_ranks(exits, topology), single_node)

@@ -1,0 +1,45 @@
+"""Give a rank to findings whose line carries none, from what the line itself names.
+
+Launcher lines (torchrun's agent and failure table, the OOM killer in dmesg) sit in
+console or kernel logs without a rank prefix, yet name the worker: a `rank` capture is
+the global rank; a `pid` capture maps through the pids that NCCL init lines and the
+torchrun failure table tie to ranks; a `local_rank` capture is the global rank only on
+a single-node job, so it is used only when at most one host is known.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.ingest.nccl import process_ranks
+
+
+def pid_ranks(exits: pl.DataFrame | None, topology: pl.DataFrame | None) -> pl.DataFrame:
+    """pid -> global rank, where exactly one rank claims the pid."""
+    parts = [pl.DataFrame(schema={"pid": pl.Int64, "pid_rank": pl.Int32})]
+    if exits is not None and not exits.is_empty():
+        parts.append(exits.select(pl.col("pid").cast(pl.Int64), pid_rank=pl.col("rank").cast(pl.Int32)))
+    if topology is not None and not topology.is_empty():
+        parts.append(process_ranks(topology).select(pl.col("pid").cast(pl.Int64), pid_rank=pl.col("global_rank").cast(pl.Int32)))
+    pairs = pl.concat(parts).drop_nulls().unique()
+    return pairs.filter(pl.len().over("pid") == 1)
+
+
+def known_hosts(lines: pl.DataFrame, exits: pl.DataFrame | None, topology: pl.DataFrame | None) -> set[str]:
+    hosts = set(lines["host"].drop_nulls().unique().to_list()) if not lines.is_empty() else set()
+    for frame in (exits, topology):
+        if frame is not None and not frame.is_empty() and "host" in frame.columns:
+            hosts |= {h.split(".")[0] for h in frame["host"].drop_nulls().unique().to_list()}
+    return hosts
+
+
+def attribute_ranks(findings: pl.DataFrame, pids: pl.DataFrame, single_node: bool) -> pl.DataFrame:
+    if findings.is_empty():
+        return findings
+    captured = findings.with_columns(
+        _rank=pl.col("captures").str.json_path_match("$.rank").cast(pl.Int32, strict=False),
+        _local=pl.col("captures").str.json_path_match("$.local_rank").cast(pl.Int32, strict=False),
+        _pid=pl.col("captures").str.json_path_match("$.pid").cast(pl.Int64, strict=False),
+    ).join(pids, left_on="_pid", right_on="pid", how="left")
+    local = pl.col("_local") if single_node else pl.lit(None, pl.Int32)
+    return captured.with_columns(rank=pl.coalesce("rank", "_rank", "pid_rank", local)).drop("_rank", "_local", "_pid", "pid_rank")
