@@ -108,14 +108,21 @@ def read_head(path: Path, size: int = 64 << 10) -> bytes:
 
 
 def looks_binary(head: bytes) -> bool:
-    """NUL bytes or mostly non-text bytes in the head: not a log."""
-    if not head:
-        return False
-    if b"\x00" in head[:8192]:
-        return True
+    """Mostly control bytes or invalid UTF-8 in the head: not a log.
+
+    NUL bytes alone do not decide it: a node that crashes mid-write leaves zero-filled
+    blocks inside a perfectly good log. Random or packed data fails on the rest: it is
+    full of control bytes and byte sequences that are not UTF-8.
+    """
     sample = head[:8192]
-    text_like = sum(1 for b in sample if b >= 32 or b in (9, 10, 13, 27))
-    return text_like / len(sample) < 0.85
+    if not sample:
+        return False
+    text = sample.replace(b"\x00", b"")
+    if not text:
+        return True  # only zeros
+    controls = sum(1 for b in text if b < 32 and b not in (9, 10, 12, 13, 27))
+    invalid = text[:-3].decode("utf-8", errors="replace").count("\ufffd")  # a cut char at the end is fine
+    return (controls + invalid) > 0.1 * len(text)
 
 
 def decode(data: bytes) -> tuple[str, int]:
