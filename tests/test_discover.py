@@ -155,13 +155,20 @@ def test_git_folders_are_ignored(tmp_path):
 
 
 def test_deep_tree_does_not_exhaust_the_stack(tmp_path):
-    here = tmp_path
-    for _ in range(1100):  # deeper than Python's recursion limit (mkdir(parents=True) recurses too)
-        here = here / "d"
-        here.mkdir()
-    (here / "rank_4.log").write_text("[rank4]: deep\n")
-    (row,) = discover(tmp_path).iter_rows(named=True)
-    assert row["path"].endswith("d/rank_4.log") and row["rank"] == 4 and row["kind"] == "rank_log"
+    # Deeper than Python's recursion limit. Built and removed level by level: mkdir(parents=True)
+    # and shutil.rmtree (pytest's tmp cleanup) recurse too.
+    levels = [tmp_path]
+    for _ in range(1100):
+        levels.append(levels[-1] / "d")
+        levels[-1].mkdir()
+    (levels[-1] / "rank_4.log").write_text("[rank4]: deep\n")
+    try:
+        (row,) = discover(tmp_path).iter_rows(named=True)
+        assert row["path"].endswith("d/rank_4.log") and row["rank"] == 4 and row["kind"] == "rank_log"
+    finally:
+        (levels[-1] / "rank_4.log").unlink()
+        for level in reversed(levels[1:]):
+            level.rmdir()
 
 
 def test_empty_folder_gives_an_empty_table(tmp_path):

@@ -103,8 +103,12 @@ def test_valid_utf8_counts_nothing():
         (b"[rank0]: Traceback (most recent call last):\n", False),
         (b"\x1b[31mstep: 1\x1b[0m\tloss\r\n", False),
         (b"", False),
-        (b"text\x00more", True),
+        (b"[rank2]: before\n" + b"\x00" * 4096 + b"[rank2]: after\n", False),  # zero-filled block after a crash
+        ("café – ✓ 日本\n".encode() * 50, False),
+        (b"\x00" * 8192, True),
         (bytes(range(1, 32)) * 20, True),
+        (b"\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x07version\x94\x8c\x032.3\x94u.", True),  # a pickle
+        (bytes((i * 7919 + 13) % 256 for i in range(8192)), True),  # packed data
     ],
 )
 def test_looks_binary(head, binary):
@@ -130,6 +134,13 @@ def test_invalid_utf8_log_is_parsed_with_count(tmp_path):
     assert status.problem == "2 invalid UTF-8 sequences replaced"
     assert status.lines == 2
     assert lines["text"][1] == "[rank1]: bad \ufffd\ufffd here"
+
+
+def test_nul_bytes_mid_file_do_not_hide_the_log(tmp_path):
+    (tmp_path / "rank_2.log").write_bytes(b"[rank2]: before\n" + b"\x00" * 4096 + b"\n[rank2]: RuntimeError: after\n")
+    lines, statuses, _ = read_text_files(tmp_path, [TextFile("rank_2.log", 2)])
+    assert statuses[0].status == InputStatus.PARSED
+    assert lines["text"].to_list()[-1] == "[rank2]: RuntimeError: after"
 
 
 def test_missing_file_is_skipped_not_raised(tmp_path):
