@@ -1,0 +1,176 @@
+"""The `forensics` command: help text everywhere, exit codes, outputs where promised and nowhere else."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import polars as pl
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from forensics.cli import app
+from tests.conftest import write_files
+
+runner = CliRunner()
+
+OOM_LOG = (
+    "[default5]:[rank5]:[W101 10:00:01.000000000 ProcessGroupNCCL.cpp:1] warmup\n"
+    "[default5]:[rank5]: Traceback (most recent call last):\n"
+    '[default5]:[rank5]:   File "/workspace/train.py", line 88, in <module>\n'
+    "[default5]:[rank5]:     loss = model(batch)\n"
+    "[default5]:[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 5 has a total capacity of "
+    "83.05 GiB of which 140.38 MiB is free. Including non-PyTorch memory, this process has 23.33 GiB memory in use. Of the "
+    "allocated memory 21.92 GiB is allocated by PyTorch, and 797.79 MiB is reserved by PyTorch but unallocated.\n"
+)
+HEALTHY_LOG = "".join(
+    f"[rank0]:[titan] 2025-03-12 11:10:{s:02d},511 - root - INFO - step: {s}  loss:  6.2250  memory:  1.41GiB(1.79%)  tps: 193,831  tflops: 18.36  mfu: 1.86%\n"
+    for s in range(1, 20)
+)
+REQUIRED = {
+    "schema_version", "tool_version", "incident", "verdict", "hypotheses", "ranks",
+    "stragglers", "periodicity", "correlations", "inputs",
+}
+VERDICT_FIELDS = {"category", "state", "summary", "culprit_ranks", "culprit_hosts", "culprit_gpus", "first_failure", "confidence"}
+INCIDENT_FIELDS = {"path", "world_size", "ranks_seen", "hosts", "start", "end"}
+INPUT_FIELDS = {"path", "kind", "rank", "host", "status", "problem"}
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def tree(root) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+def command_paths(command=None, prefix=()) -> list[tuple[str, ...]]:
+    """Every command and subcommand of the app, found by walking it (new ones are covered too)."""
+    command = command or typer.main.get_command(app)
+    paths = [prefix]
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        paths += command_paths(sub, (*prefix, name))
+    return paths
+
+
+@pytest.mark.parametrize("command", command_paths(), ids=lambda c: " ".join(c) or "forensics")
+def test_every_command_has_help(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+    body = result.output.split("Usage:", 1)[1]
+    assert len([line for line in body.splitlines() if line.strip()]) >= 3  # a description, not just the usage
+    own_help = typer.main.get_command(app)
+    for name in command:
+        own_help = own_help.commands[name]
+    assert (own_help.help or "").strip(), f"{' '.join(command)} has no help text"
+
+
+def test_the_walk_finds_the_contract_commands():
+    assert {("analyze",), ("patterns",), ("patterns", "list"), ("patterns", "show")} <= set(command_paths())
+
+
+def test_missing_directory_is_exit_2_with_one_line(tmp_path):
+    result = run("analyze", tmp_path / "nope", "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "does not exist" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_file_instead_of_directory_is_exit_2(tmp_path):
+    (tmp_path / "rank_0.log").write_text("x\n")
+    result = run("analyze", tmp_path / "rank_0.log", "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "not a directory" in result.stderr
+
+
+def test_empty_directory_is_exit_2(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run("analyze", tmp_path / "empty", "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "no files" in result.stderr
+
+
+def test_only_binary_junk_is_exit_2(tmp_path):
+    junk = write_files(tmp_path / "junk", {f"blob{i}.bin": os.urandom(4096) for i in range(3)})
+    result = run("analyze", junk, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "nothing readable" in result.stderr
+
+
+def test_json_output_has_every_contract_field(incident, tmp_path):
+    root = incident({"rank_5.log": OOM_LOG, "rank_0.log": HEALTHY_LOG})
+    result = run("analyze", root, "--out", tmp_path / "out", "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert REQUIRED <= set(doc)
+    assert doc["schema_version"] == 1
+    assert INCIDENT_FIELDS <= set(doc["incident"])
+    assert VERDICT_FIELDS <= set(doc["verdict"])
+    assert doc["verdict"]["category"] == "CUDA_OOM" and doc["verdict"]["culprit_ranks"] == [5]
+    assert doc["verdict"]["first_failure"]["file"] == "rank_5.log"
+    assert {i["path"] for i in doc["inputs"]} == {"rank_5.log", "rank_0.log"}
+    assert all(INPUT_FIELDS <= set(i) for i in doc["inputs"])
+    for hypothesis in doc["hypotheses"]:
+        assert {"category", "score", "summary", "culprit_ranks", "evidence", "fixes"} <= set(hypothesis)
+    assert json.loads((tmp_path / "out" / "verdict.json").read_text()) == doc
+
+
+def test_frames_are_written_as_parquet(incident, tmp_path):
+    root = incident({"rank_5.log": OOM_LOG})
+    result = run("analyze", root, "--out", tmp_path / "out", "--frames")
+    assert result.exit_code == 0, result.output
+    frames = tmp_path / "out" / "frames"
+    for name in ("inputs", "lines", "findings", "metrics", "ranks"):
+        assert (frames / f"{name}.parquet").is_file()
+    lines = pl.read_parquet(frames / "lines.parquet")
+    assert lines.height == 5 and set(lines["rank"].to_list()) == {5}
+
+
+def test_fail_on_critical_exits_3_on_an_oom(incident, tmp_path):
+    root = incident({"rank_5.log": OOM_LOG})
+    result = run("analyze", root, "--out", tmp_path / "out", "--fail-on", "critical")
+    assert result.exit_code == 3
+    assert (tmp_path / "out" / "postmortem.md").is_file()  # the report is still written
+
+
+def test_fail_on_critical_exits_0_when_healthy(incident, tmp_path):
+    root = incident({"rank_0.log": HEALTHY_LOG})
+    result = run("analyze", root, "--out", tmp_path / "out", "--fail-on", "critical")
+    assert result.exit_code == 0, result.output
+    assert "NO_FAILURE" in result.stdout
+
+
+def test_default_out_dir_is_named_after_the_incident(tmp_path, monkeypatch):
+    root = write_files(tmp_path / "job-4242", {"rank_0.log": HEALTHY_LOG})
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    result = run("analyze", root)
+    assert result.exit_code == 0, result.output
+    out = work / "forensics-report" / "job-4242"
+    assert {"postmortem.md", "verdict.json"} <= set(os.listdir(out))
+
+
+def test_writes_nothing_outside_out(tmp_path, monkeypatch):
+    root = write_files(tmp_path / "incident", {"rank_5.log": OOM_LOG, "logs/attempt_0/1/stderr.log": HEALTHY_LOG})
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    result = run("analyze", root, "--out", tmp_path / "report", "--frames", "--format", "json")
+    assert result.exit_code == 0, result.output
+    after = {p for p in tree(tmp_path) if p != "report" and not p.startswith("report/")}
+    assert after == before
+
+
+def test_patterns_list_json_is_the_catalog():
+    result = run("patterns", "list", "--format", "json")
+    assert result.exit_code == 0
+    rows = json.loads(result.stdout)
+    assert rows and all({"id", "category", "role", "severity", "title"} <= set(r) for r in rows)
+    assert len({r["id"] for r in rows}) == len(rows)
+
+
+def test_patterns_show_unknown_id_is_exit_2():
+    result = run("patterns", "show", "NOPE999")
+    assert result.exit_code == 2 and "no pattern" in result.stderr
