@@ -1,0 +1,132 @@
+"""The catalog engine: loading checks shape, matching is two-stage, validation catches bad patterns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.catalog.load import CatalogError, load_catalog, load_pattern
+from forensics.catalog.match import match_catalog, prefilter
+from forensics.catalog.validate import validate_catalog
+from tests.conftest import lines_frame
+
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total capacity of 83.05 GiB "
+    "of which 140.38 MiB is free."
+)
+GOOD = '''id = "TST001"
+name = "cuda-oom"
+title = "CUDA out of memory"
+category = "CUDA_OOM"
+severity = "critical"
+role = "initiating"
+literals = ["CUDA out of memory"]
+regex = \'\'\'CUDA out of memory\\. Tried to allocate (?P<requested>[\\d.]+ \\w+)\'\'\'
+meaning = "GPU memory ran out."
+immediate = ["Lower the batch size"]
+structural = ["Measure peak memory before launch"]
+
+[examples]
+match = ["{oom}"]
+no_match = ["CUDA out of memory is a phrase in our docs"]
+'''.replace("{oom}", OOM)
+
+
+def write_pattern(directory: Path, text: str, family: str = "cuda", filename: str = "TST001-cuda-oom.toml") -> Path:
+    path = directory / family / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_a_good_pattern_loads_and_validates(tmp_path):
+    write_pattern(tmp_path, GOOD)
+    (pattern,) = load_catalog(tmp_path)
+    assert (pattern.id, pattern.family, pattern.literals) == ("TST001", "cuda", ("CUDA out of memory",))
+    assert validate_catalog([pattern]) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('meaning = "GPU memory ran out."\n', ""), "missing meaning"),
+        (lambda t: t.replace('"CUDA_OOM"', '"GPU_SAD"'), "unknown category"),
+        (lambda t: t.replace('role = "initiating"', 'role = "villain"'), "unknown role"),
+        (lambda t: t.replace('severity = "critical"', 'severity = "meh"'), "unknown severity"),
+        (lambda t: t.replace('literals = ["CUDA out of memory"]', 'literals = "CUDA out of memory"'), "must be a list"),
+        (lambda t: t + "\n[[[", "not valid TOML"),
+    ],
+)
+def test_malformed_pattern_is_a_catalog_error(tmp_path, edit, message):
+    path = write_pattern(tmp_path, edit(GOOD))
+    with pytest.raises(CatalogError, match=message):
+        load_pattern(path)
+
+
+def test_duplicate_ids_are_an_error(tmp_path):
+    write_pattern(tmp_path, GOOD)
+    write_pattern(tmp_path, GOOD.replace('name = "cuda-oom"', 'name = "again"'), family="other", filename="TST001-again.toml")
+    with pytest.raises(CatalogError, match="duplicate id TST001"):
+        load_catalog(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda t: t.replace('literals = ["CUDA out of memory"]', 'literals = ["CUDA"]'), "shorter than"),
+        (lambda t: t.replace('literals = ["CUDA out of memory"]', "literals = []"), "at least one literal"),
+        (lambda t: t.replace("Tried to allocate", "Tried to (?=allocate)"), "does not compile"),
+        (lambda t: t.replace('no_match = ["CUDA out of memory is a phrase in our docs"]', f'no_match = ["{OOM}"]'), "no_match example matches"),
+        (lambda t: t.replace(f'match = ["{OOM}"]', 'match = ["CUDA out of memory. Tried to allocate lots"]'), "match example does not match"),
+        (lambda t: t.replace('literals = ["CUDA out of memory"]', 'literals = ["HIP out of memory"]'), "no literal occurs"),
+        (lambda t: t.replace('structural = ["Measure peak memory before launch"]\n', ""), "immediate and structural"),
+    ],
+)
+def test_validation_flags_bad_patterns(tmp_path, edit, problem):
+    write_pattern(tmp_path, edit(GOOD))
+    problems = [str(p) for p in validate_catalog(load_catalog(tmp_path))]
+    assert any(problem in p for p in problems), problems
+
+
+def test_file_name_must_match_id_and_name(tmp_path):
+    write_pattern(tmp_path, GOOD, filename="TST001-wrong.toml")
+    problems = [str(p) for p in validate_catalog(load_catalog(tmp_path))]
+    assert any("file name should be TST001-cuda-oom.toml" in p for p in problems)
+
+
+def test_matching_is_two_stage_and_cites_lines(tmp_path):
+    write_pattern(tmp_path, GOOD)
+    patterns = load_catalog(tmp_path)
+    lines = lines_frame(["step 1 | loss 3.5", f"[default0]:[rank0]: {OOM}", "CUDA out of memory (mentioned)", "done"])
+    assert prefilter(lines, patterns)["line"].to_list() == [2, 3]  # stage 1: literals only
+    findings = match_catalog(lines, patterns)
+    (hit,) = findings.iter_rows(named=True)  # stage 2: the regex
+    assert (hit["pattern"], hit["file"], hit["line"], hit["rank"]) == ("TST001", "rank_0.log", 2, 0)
+    assert (hit["category"], hit["role"], hit["severity"]) == ("CUDA_OOM", "initiating", "critical")
+    assert json.loads(hit["captures"]) == {"requested": "768.00 MiB"}
+
+
+def test_literals_are_matched_literally(tmp_path):
+    # A literal with regex metacharacters must not act as a regex in the prefilter.
+    text = GOOD.replace('literals = ["CUDA out of memory"]', 'literals = ["CUDA out of memory. Tried"]')
+    write_pattern(tmp_path, text)
+    patterns = load_catalog(tmp_path)
+    assert prefilter(lines_frame(["CUDA out of memoryX Tried"]), patterns).is_empty()
+
+
+def test_no_lines_or_no_patterns_give_no_findings(tmp_path):
+    write_pattern(tmp_path, GOOD)
+    patterns = load_catalog(tmp_path)
+    assert match_catalog(lines_frame([]), patterns).is_empty()
+    assert match_catalog(lines_frame([OOM]), []).is_empty()
+
+
+def test_the_shipped_catalog_is_valid():
+    patterns = load_catalog()
+    assert len(patterns) >= 10
+    assert validate_catalog(patterns) == []
+    assert all(isinstance(p.regex, str) and p.literals for p in patterns)
+    assert pl.Series([p.id for p in patterns]).is_unique().all()
