@@ -17,11 +17,11 @@ Rank comes from `distributedInfo.rank`, else from the file name (`rank-3`, `rank
 from __future__ import annotations
 
 import gc
-import gzip
 import math
 import re
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,8 +81,8 @@ class _DistributedInfo(msgspec.Struct):
 
 
 class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] = []  # noqa: N815 - the file's own key
-    distributedInfo: _DistributedInfo | None = None  # noqa: N815
+    traceEvents: list[msgspec.Raw] = []  # noqa: N815 - the file's own key; decoded in batches
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")  # noqa: N815 - decoded leniently, see _distributed_info
     baseTimeNanoseconds: int | None = None  # noqa: N815
 
 
@@ -111,8 +111,15 @@ EVENTS: dict[str, pl.DataType] = {
 
 _DROPPED_CATS = {"Trace", "python_function"}
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
-# Boundary between two events in the traceEvents array, for recovering truncated files.
+_READ_STEP = 1 << 22  # bytes read, or inflated, per step
+_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Boundary between two events of the traceEvents array (or, rarely, inside a string or a
+# nested object: a chunk cut there fails to decode and is retried at another boundary).
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_BOUNDARY_RETRIES = 8
+_BATCH_DECODER = msgspec.json.Decoder(list[_Event])
+_RAW_BATCH_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
 
 
 @dataclass
@@ -130,37 +137,108 @@ class TraceLoad:
     problem: str | None = None
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str | None]:
-    """File bytes, gunzipped when the content (not the name) says gzip."""
-    raw = path.read_bytes()
-    if raw[:2] != b"\x1f\x8b":
-        return raw, None
-    try:
-        return gzip.decompress(raw), None
-    except (EOFError, OSError, zlib.error):
-        # A gzip cut short still yields everything before the cut.
-        return zlib.decompressobj(wbits=31).decompress(raw), "truncated gzip stream"
-
-
-def _decode(data: bytes) -> tuple[_Trace, str | None]:
-    """Decode a whole trace; a cut-off file is closed after its last complete event."""
-    try:
-        if data.lstrip()[:1] == b"[":  # bare Chrome-trace event array
-            return _Trace(traceEvents=msgspec.json.decode(data, type=list[_Event])), None
-        return msgspec.json.decode(data, type=_Trace), None
-    except msgspec.DecodeError as err:
-        first_error = str(err)
-    start = data.find(b'"traceEvents"')
-    if start < 0:
-        raise msgspec.DecodeError(first_error)
-    boundaries = [m.start() for m in _EVENT_BOUNDARY.finditer(data, start)]
-    for cut in reversed(boundaries[-64:]):
+def _pieces(path: Path, problems: list[str]) -> Iterator[bytes]:
+    """The file's bytes in bounded pieces, gunzipped when the content (not the name) says gzip."""
+    with path.open("rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+        fh.seek(0)
+        if not gzipped:
+            yield from iter(lambda: fh.read(_READ_STEP), b"")
+            return
+        inflater = zlib.decompressobj(wbits=31)
         try:
-            trace = msgspec.json.decode(data[: cut + 1] + b"]}", type=_Trace)
-        except msgspec.DecodeError:
+            for compressed in iter(lambda: fh.read(_READ_STEP), b""):
+                while compressed and not inflater.eof:
+                    yield inflater.decompress(compressed, _READ_STEP)
+                    compressed = inflater.unconsumed_tail
+        except zlib.error as err:
+            problems.append(f"corrupt gzip stream ({err})")
+            return
+        if not inflater.eof:
+            problems.append("truncated gzip stream")
+
+
+def _decode_events(chunk: bytes) -> tuple[list[_Event], int]:
+    """Typed events of a JSON array, and how many malformed events had to be dropped."""
+    try:
+        return _BATCH_DECODER.decode(chunk), 0
+    except msgspec.ValidationError:
+        raws = _RAW_BATCH_DECODER.decode(chunk)
+    events = []
+    for raw in raws:
+        try:
+            events.append(_EVENT_DECODER.decode(raw))
+        except msgspec.ValidationError:
             continue
-        return trace, f"truncated or malformed JSON ({first_error}); kept events before byte {cut + 1}"
-    raise msgspec.DecodeError(first_error)
+    return events, len(raws) - len(events)
+
+
+class _EventStream:
+    """Turns a trace's byte pieces into event frames without holding the whole file.
+
+    The text before the traceEvents array (`head`) is kept; complete events are decoded
+    in chunks cut at event boundaries as bytes arrive; what is left at the end (the last
+    events and the keys after the array) is decoded with `head` as one small object.
+    """
+
+    def __init__(self) -> None:
+        self.head: bytes | None = None
+        self.buffer = bytearray()
+        self.frames: list[pl.DataFrame] = []
+        self.decoded = 0
+        self.malformed = 0
+
+    def feed(self, piece: bytes) -> None:
+        self.buffer += piece
+        if self.head is None:
+            found = _EVENTS_START.search(self.buffer)
+            if found is None:
+                return
+            self.head = bytes(self.buffer[: found.end()])
+            del self.buffer[: found.end()]
+        if len(self.buffer) >= _READ_STEP:
+            self._drain()
+
+    def _take(self, events: list[_Event], malformed: int) -> None:
+        self.frames.append(_events_chunk(events))
+        self.decoded += len(events)
+        self.malformed += malformed
+
+    def _drain(self) -> None:
+        cuts = [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(self.buffer, max(0, len(self.buffer) - (1 << 20)))]
+        for cut in reversed(cuts[-_BOUNDARY_RETRIES:]):
+            try:
+                events = _decode_events(b"[" + self.buffer[:cut] + b"]")
+            except msgspec.DecodeError:
+                continue  # cut inside a string or a nested object
+            self._take(*events)
+            del self.buffer[: self.buffer.index(b"{", cut)]
+            return
+
+    def finish(self) -> tuple[_Trace, str | None]:
+        """Decode the rest; a file cut short is closed after its last complete event."""
+        if self.head is None:  # no traceEvents array: a bare event array, or not a trace
+            data = bytes(self.buffer)
+            if data.lstrip()[:1] != b"[":
+                raise msgspec.DecodeError("no traceEvents array: not a Kineto/Chrome trace")
+            self._take(*_decode_events(data))
+            return _Trace(), None
+        try:
+            trace = msgspec.json.decode(self.head + self.buffer, type=_Trace)
+            problem = None
+        except msgspec.DecodeError as err:
+            trace, problem = self._recover(str(err)), f"truncated or malformed JSON ({err})"
+        self._take(*_decode_events(b"[" + b",".join(trace.traceEvents) + b"]"))
+        return trace, problem
+
+    def _recover(self, error: str) -> _Trace:
+        cuts = [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(self.buffer)]
+        for cut in [*reversed(cuts[-64:]), 0]:
+            try:
+                return msgspec.json.decode(self.head + self.buffer[:cut] + b"]}", type=_Trace)
+            except msgspec.DecodeError:
+                continue
+        raise msgspec.DecodeError(error)
 
 
 def _as_int(value: Scalar) -> int | None:
@@ -178,8 +256,16 @@ def _as_int(value: Scalar) -> int | None:
     return None
 
 
-def _events_frame(events: list[_Event]) -> pl.DataFrame:
-    """Complete events -> frame, with HTA's rounding of fractional timestamps.
+def _id_column(name: str, values: list) -> pl.Series:
+    """A pid/tid column as strings: ints in the common case, text (`"stream 7"`) in old traces."""
+    as_int = pl.Series(name, values, pl.Int64, strict=False)
+    if as_int.null_count() == values.count(None):  # all ints: the cheap path
+        return as_int.cast(pl.String)
+    return pl.Series(name, [None if v is None else str(v) for v in values], pl.String)
+
+
+def _events_chunk(events: list[_Event]) -> pl.DataFrame:
+    """Complete events of one batch -> frame with float `ts`/`dur`.
 
     Each column is one list comprehension over the kept events; Polars then types it,
     so mixed values (a string `pid`, an int past int64 in `args`) become strings or
@@ -192,8 +278,8 @@ def _events_frame(events: list[_Event]) -> pl.DataFrame:
         [
             pl.Series("cat", [e.cat for e in xs], pl.String),
             pl.Series("name", [e.name for e in xs], pl.String),
-            pl.Series("pid", [e.pid for e in xs], pl.String, strict=False),
-            pl.Series("tid", [e.tid for e in xs], pl.String, strict=False),
+            _id_column("pid", [e.pid for e in xs]),
+            _id_column("tid", [e.tid for e in xs]),
             pl.Series("ts", [e.ts for e in xs], pl.Float64, strict=False),
             pl.Series("dur", [e.dur for e in xs], pl.Float64, strict=False),
             *[
@@ -202,16 +288,31 @@ def _events_frame(events: list[_Event]) -> pl.DataFrame:
             ],
         ]
     )
+    return frame
+
+
+def _events_frame(chunks: list[pl.DataFrame]) -> pl.DataFrame:
+    """All complete events, with HTA's rounding of fractional timestamps."""
+    frame = pl.concat(chunks) if chunks else _events_chunk([])
     fractional = frame.select((pl.col("ts") != pl.col("ts").floor()).any()).item()
     if fractional:
         start, end = pl.col("ts").ceil(), (pl.col("ts") + pl.col("dur")).floor()
     else:
         start, end = pl.col("ts"), pl.col("ts") + pl.col("dur")
-    return frame.with_columns(
+    frame = frame.with_columns(
         start.cast(pl.Int64).alias("ts"),
         end.cast(pl.Int64).alias("end"),
         pl.coalesce("external_id", "external_id_2021").alias("external_id"),
-    ).with_columns((pl.col("end") - pl.col("ts")).alias("dur")).select(list(EVENTS))
+    ).with_columns((pl.col("end") - pl.col("ts")).alias("dur"))
+    return frame.select(list(EVENTS))
+
+
+def _distributed_info(raw: msgspec.Raw) -> _DistributedInfo:
+    """The job description, or an empty one when absent or odd (never fails the whole file)."""
+    try:
+        return msgspec.json.decode(raw, type=_DistributedInfo | None) or _DistributedInfo()
+    except msgspec.DecodeError:
+        return _DistributedInfo()
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -224,24 +325,29 @@ def load_trace(path: Path) -> TraceLoad:
     """Load one trace file; never raises on bad content (status says what happened)."""
     path = Path(path)
     empty = pl.DataFrame(schema=EVENTS)
+    problems: list[str] = []
+    stream = _EventStream()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic objects: the cycle collector would only rescan them
     try:
-        data, gzip_problem = _read_bytes(path)
-        trace, json_problem = _decode(data)
-        del data
-        events = _events_frame(trace.traceEvents)
+        for piece in _pieces(path, problems):
+            stream.feed(piece)
+        trace, json_problem = stream.finish()
+        if stream.malformed and not stream.decoded:
+            raise msgspec.ValidationError(f"none of its {stream.malformed} traceEvents is an event object")
+        events = _events_frame(stream.frames)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
         return TraceLoad(path, empty, rank=rank_from_name(path), rank_source=None,
                          status=InputStatus.SKIPPED, problem=f"unreadable trace: {err}")
     finally:
         if gc_was_enabled:
             gc.enable()
-    info = trace.distributedInfo or _DistributedInfo()
+    problems += [json_problem] if json_problem else []
+    problems += [f"{stream.malformed} malformed events dropped"] if stream.malformed else []
+    info = _distributed_info(trace.distributedInfo)
     rank, source = _as_int(info.rank), "distributedInfo"
     if rank is None:
         rank, source = rank_from_name(path), "file name"
-    problems = [p for p in (gzip_problem, json_problem) if p]
     return TraceLoad(
         path=path,
         events=events,

@@ -48,29 +48,42 @@ KERNEL_TYPE = (
 
 
 def combined_events(loads: list[TraceLoad]) -> pl.DataFrame:
-    """All traces in one frame (`trace` = index in `loads`), aligned and step-filtered as HTA."""
+    """All traces' timing columns in one frame (`trace` = index in `loads`), aligned and step-filtered as HTA.
+
+    Names are kept only where a later step reads them (GPU rows; ProfilerStep rows are
+    flagged first), so that filtering never copies the long CPU-op names.
+    """
     frames = [
-        t.events.with_columns(pl.lit(i, pl.Int32).alias("trace"), pl.lit(t.rank, pl.Int32).alias("rank"))
+        t.events.select(
+            pl.lit(i, pl.Int32).alias("trace"),
+            pl.lit(t.rank, pl.Int32).alias("rank"),
+            "name", "ts", "end", "stream", "correlation",
+        )
         for i, t in enumerate(loads)
     ]
     events = pl.concat(frames) if frames else pl.DataFrame()
     if events.is_empty():
         return events
     origin = events["ts"].min()
-    events = events.with_columns(pl.col("ts") - origin, pl.col("end") - origin)
-    steps = events.filter(pl.col("name").str.contains("ProfilerStep", literal=True))["name"].n_unique()
-    return _drop_last_step(events) if steps >= 2 else events
-
-
-def _drop_last_step(events: pl.DataFrame) -> pl.DataFrame:
+    is_step = pl.col("name").str.contains("ProfilerStep", literal=True)
+    steps = events.filter(is_step)["name"].n_unique()
     launched_on_gpu = (
         (pl.col("stream").fill_null(-1) >= 0) & (pl.col("correlation").fill_null(-1) >= 0)
     ) | pl.col("name").is_in(_SYNC_NAMES)
-    events = events.with_columns(launched_on_gpu.alias("_gpu"))
+    events = events.with_columns(
+        pl.col("ts") - origin,
+        pl.col("end") - origin,
+        is_step.alias("_step"),
+        launched_on_gpu.alias("_gpu"),
+        pl.when(pl.col("stream").fill_null(-1) != -1).then(pl.col("name")).alias("name"),
+    )
+    events = _drop_last_step(events) if steps >= 2 else events
+    return events.drop("_step", "_gpu")
+
+
+def _drop_last_step(events: pl.DataFrame) -> pl.DataFrame:
     last_step = (
-        events.filter(~pl.col("_gpu") & pl.col("name").str.contains("ProfilerStep", literal=True))
-        .group_by("trace")
-        .agg(pl.col("ts").max().alias("_last_step"))
+        events.filter(~pl.col("_gpu") & pl.col("_step")).group_by("trace").agg(pl.col("ts").max().alias("_last_step"))
     )
     events = events.join(last_step, on="trace", how="left")
     cpu = events.filter(~pl.col("_gpu") & (pl.col("_last_step").is_null() | (pl.col("ts") < pl.col("_last_step"))))
@@ -79,7 +92,7 @@ def _drop_last_step(events: pl.DataFrame) -> pl.DataFrame:
     launched = gpu.filter(pl.col("_last_step").is_not_null()).join(
         cpu.select("trace", pl.col("correlation").fill_null(-1)).unique(), on=["trace", "correlation"], how="semi"
     )
-    return pl.concat([launched, unfiltered, cpu]).drop("_gpu", "_last_step")
+    return pl.concat([launched, unfiltered, cpu]).drop("_last_step")
 
 
 def gpu_events(events: pl.DataFrame) -> pl.DataFrame:
