@@ -28,7 +28,6 @@ INTENDED_OVERLAPS = {
     frozenset({"CUDA010", "HW003"}),
     frozenset({"TRUN017", "TRUN018"}),
     frozenset({"NUM001", "NUM007"}),
-    frozenset({"NUM002", "NUM008"}),
     frozenset({"NUM004", "NUM006"}),
 }
 
