@@ -90,19 +90,48 @@ def corpus_sets() -> dict[str, list[Path]]:
     return sets
 
 
-def _run_child(cmd: list[str], env: dict | None = None) -> tuple[dict, float, int]:
-    """Run one child; return its JSON answer, wall seconds and peak RSS in MiB.
+def _tree_rss_mib(root: int) -> float:
+    """Summed RSS of `root` and all its descendants, from /proc (HTA parses ranks in a pool)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, ppid in parents.items() if ppid in frontier and pid not in tree]
+        tree.update(children)
+        frontier = children
+    total = 0
+    for pid in tree:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except (OSError, IndexError):
+            continue
+    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
 
-    Each child reports its own getrusage(RUSAGE_SELF).ru_maxrss (and that of its largest
-    worker process): RUSAGE_CHILDREN seen from here would give the maximum over all
-    children so far, hiding a smaller one behind a bigger.
+
+def _run_child(cmd: list[str], env: dict | None = None) -> tuple[dict, float, dict]:
+    """Run one child; return its JSON answer, wall seconds and memory in MiB.
+
+    Memory: `largest` = the biggest single process's ru_maxrss (the child reports its own
+    and its workers'); `tree` = the peak of the process tree's summed RSS, sampled every
+    20 ms while it runs (can miss a spike shorter than that).
     """
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    tree_peak = 0.0
+    while proc.poll() is None:
+        tree_peak = max(tree_peak, _tree_rss_mib(proc.pid))
+        time.sleep(0.02)
+    stdout, stderr = proc.communicate()
     wall = time.perf_counter() - start
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    answer = json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr[-2000:]}
-    return answer, wall, max(answer.get("peak_rss_mib", -1), answer.get("peak_rss_children_mib", -1))
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    answer = json.loads(lines[-1]) if lines else {"ok": False, "error": stderr[-2000:]}
+    largest = max(answer.get("peak_rss_mib", -1), answer.get("peak_rss_children_mib", -1))
+    return answer, wall, {"largest": largest, "tree": round(tree_peak)}
 
 
 def run_hta(paths: list[Path]) -> tuple[dict, float, int]:
@@ -130,23 +159,37 @@ def record_expected() -> None:
     EXPECTED.write_text(json.dumps({"hta_version": "0.5.0", "sets": expected}, indent=1) + "\n")
 
 
-def benchmark(names: list[str]) -> None:
+def benchmark(names: list[str], repeat: int) -> None:
+    """Alternate the two tools `repeat` times per set; report each one's best wall time.
+
+    Best-of-N, interleaved, because the machine may be shared: a neighbour's load then
+    inflates single runs of either tool, not one tool systematically.
+    """
     sets = corpus_sets()
-    # Forensics runs first so that its peak RSS is not hidden behind HTA's.
     for name in names:
         paths = sets[name]
         mb = sum(p.stat().st_size for p in paths) / 1e6
-        ours, our_wall, our_rss = run_forensics(paths)
-        hta, hta_wall, hta_rss = run_hta(paths)
-        print(f"{name} ({len(paths)} file(s), {mb:.1f} MB on disk)")
-        print(f"  HTA 0.5.0 : {hta_wall:7.2f} s wall  peak RSS {hta_rss:6d} MiB  ok={hta['ok']}")
-        print(f"  forensics : {our_wall:7.2f} s wall  peak RSS {our_rss:6d} MiB  ok={ours['ok']}")
-        print(f"  speedup {hta_wall / our_wall:.1f}x, memory {our_rss / hta_rss:.2f} of HTA's")
+        runs: dict[str, list[tuple[float, dict, bool]]] = {"forensics": [], "hta": []}
+        for _ in range(repeat):
+            for tool, run in (("forensics", run_forensics), ("hta", run_hta)):
+                answer, wall, memory = run(paths)
+                runs[tool].append((wall, memory, answer["ok"]))
+        best = {tool: min(r[0] for r in rs) for tool, rs in runs.items()}
+        largest = {tool: max(r[1]["largest"] for r in rs) for tool, rs in runs.items()}
+        tree = {tool: max(r[1]["tree"] for r in rs) for tool, rs in runs.items()}
+        print(f"{name} ({len(paths)} file(s), {mb:.1f} MB on disk), best of {repeat}")
+        for tool, label in (("hta", "HTA 0.5.0"), ("forensics", "forensics")):
+            walls = ", ".join(f"{r[0]:.2f}" for r in runs[tool])
+            print(f"  {label:10s}: {best[tool]:6.2f} s wall (runs: {walls})  peak RSS: largest process"
+                  f" {largest[tool]:4d} MiB, process tree {tree[tool]:4d} MiB  ok={all(r[2] for r in runs[tool])}")
+        print(f"  speedup {best['hta'] / best['forensics']:.1f}x; peak memory {largest['forensics'] / largest['hta']:.2f}"
+              f" (largest process), {tree['forensics'] / tree['hta']:.2f} (process tree) of HTA's")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-expected", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("sets", nargs="*", default=["hta_single_rank/df_index_resolver/df_index_resolver.json.gz",
                                                      "param_dlrm_8rank"])
     args = parser.parse_args()
@@ -155,7 +198,7 @@ def main() -> None:
     if args.record_expected:
         record_expected()
     else:
-        benchmark(args.sets)
+        benchmark(args.sets, args.repeat)
 
 
 if __name__ == "__main__":
