@@ -12,6 +12,8 @@ candidate rows; nothing loops over lines in Python. They read; they do not judge
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from forensics.schema import TIME, conform, empty
@@ -62,14 +64,14 @@ EXITS: dict[str, pl.DataType] = {
     "traceback": pl.String,  # first line of the table's traceback value
 }
 
-# One alternation of rare literals: the only full-column scan.
-_CANDIDATE = (
-    r"Watchdog caught collective|detected by watchdog at work|Timeout at NCCL work|watchdog got stuck"
-    r"|Heartbeat monitor timed out|Timeout at collective|lagging|joined but didn't finish|didn't join collective"
-    r"|started ranks:|finished ranks:|\] (?:started|finished) \w+\s*$|timed out in blocking wait|Received a dump signal"
-    r"|flight recorder dump signal|gloo|watchdog thread terminated|remote error detected|raised the following async exception"
-    r"|NCCL error in:|Terminating the process after attempting to dump"
-)
+# Rare literals, one escaped alternation: the only full-column scan.
+_CANDIDATE_LITERALS = [
+    "atchdog",  # Watchdog caught / by watchdog at work / watchdog got stuck / watchdog thread terminated
+    "Timeout at ", "Heartbeat monitor", "blocking wait", "dump signal", "gloo", "remote error detected",
+    "async exception", "NCCL error in:", "Terminating the process",
+    "lagging", "didn't", "ranks:", "] started ", "] finished ",  # desync report lines
+]  # fmt: skip
+_CANDIDATE = "|".join(re.escape(literal) for literal in _CANDIDATE_LITERALS)
 _WORK = (
     r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+))?"
     r", Timeout\(ms\)=(?P<timeout>\d+)\)(?: ran for (?P<ran>\d+) milliseconds)?"
@@ -209,7 +211,12 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 _TABLE_KEY = r"^(?:.*?\s)?\s(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<val>.*)$"
-_TABLE_INDEX = r"^(?:.*?\s)?\[(\d+)\]:\s*$"
+_TABLE_INDEX = r"\[(\d+)\]:\s*$"
+_TABLE_LITERALS = "|".join(
+    re.escape(literal)
+    for literal in ("time      : ", "host      : ", "rank      : ", "exitcode  : ", "error_file: ", "traceback : ",
+                    "Root Cause (first observed failure):", "Failures:", "=" * 20, "failed (exitcode: ")
+)  # fmt: skip
 _AGENT = r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)"
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
             11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}  # fmt: skip
@@ -223,10 +230,12 @@ def _table_exits(lines: pl.LazyFrame) -> pl.LazyFrame:
     """ChildFailedError records: `[idx]:` then key rows; the section header says root or other."""
     text = pl.col("text")
     marks = lines.filter(
-        text.str.contains(_TABLE_INDEX)
-        | text.str.contains(r"\s(?:time|host|rank|exitcode|error_file|traceback)\s*: ")
-        | text.str.contains(r"Root Cause \(first observed failure\):|(?:^|\s)Failures:\s*$|(?:^|[\s:])={20,}\s*$")
-    ).with_columns(
+        text.str.contains(
+            _TABLE_INDEX + r"|\s(?:time|host|rank|exitcode|error_file|traceback)\s*: "
+            r"|Root Cause \(first observed failure\):|Failures:\s*$|={20,}\s*$"
+        )
+    )
+    marks = marks.with_columns(
         idx=text.str.extract(_TABLE_INDEX),
         section=pl.when(text.str.contains("Root Cause (first observed failure):", literal=True)).then(pl.lit("root"))
         .when(text.str.contains(r"(?:^|\s)Failures:\s*$")).then(pl.lit("other"))
@@ -297,6 +306,8 @@ def parse_exits(lines: pl.DataFrame) -> pl.DataFrame:
     """
     if lines.is_empty():
         return empty(EXITS)
-    lazy = lines.lazy()
-    frames = [conform(f, EXITS) for f in pl.collect_all([_table_exits(lazy), _agent_exits(lazy)])]
+    # Eager literal prefilter: the table's regexes then run on a few rows, not on every line.
+    text = pl.col("text")
+    candidates = lines.filter(text.str.ends_with("]:") | text.str.contains(_TABLE_LITERALS)).lazy()
+    frames = [conform(f, EXITS) for f in pl.collect_all([_table_exits(candidates), _agent_exits(candidates)])]
     return pl.concat(frames).filter(pl.col("exitcode").is_not_null()).sort("file", "line")

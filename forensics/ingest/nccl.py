@@ -137,7 +137,9 @@ def _normalize_bus_id(bus: pl.Expr) -> pl.Expr:
 
 
 def _records(lines: pl.DataFrame) -> pl.DataFrame:
-    cand = lines.lazy().filter(pl.col("text").str.contains(_CANDIDATE))
+    # An eager literal scan first (a lazy one would be fused with the regex into one
+    # predicate over every row): most lines of a big incident hold no "NCCL" at all.
+    cand = lines.filter(pl.col("text").str.contains("NCCL", literal=True)).lazy().filter(pl.col("text").str.contains(_CANDIDATE))
     head = pl.col("text").str.extract_groups(HEADER)
     field = head.struct.field
     level = (
@@ -161,6 +163,7 @@ def _records(lines: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(field("msg"), pl.col("text")).alias("msg"),
         field("ts").str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us", time_zone="UTC").alias("ts"),
         "time",
+        "text",
     )
     return out.collect()
 
@@ -267,14 +270,13 @@ def _warn_kind(msg: pl.Expr) -> pl.Expr:
     return expr
 
 
-def _warns(rec: pl.DataFrame, ranks: pl.DataFrame, lines_text: pl.DataFrame) -> pl.DataFrame:
+def _warns(rec: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     warns = rec.filter(pl.col("level") == "WARN")
     if warns.is_empty():
         return empty(NCCL_WARNS)
     msg = pl.col("msg")
     out = (
         warns.join(ranks.select("host", "pid", "global_rank"), on=["host", "pid"], how="left")
-        .join(lines_text, on=["file", "line"], how="left")
         .select(
             "file", "line",
             pl.coalesce("global_rank", "rank").alias("rank"),
@@ -305,12 +307,11 @@ def parse_nccl(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     rec = rec.with_columns(
         rank=pl.col("rank").fill_null(pl.col("rank").drop_nulls().first().over(["host", "pid"]))
     )
-    text = lines.select("file", "line", "text").join(rec.select("file", "line"), on=["file", "line"], how="semi")
     return {
         "nccl_lines": conform(rec, NCCL_LINES),
         "nccl_topology": topology,
         "nccl_versions": _versions(rec),
         "nccl_transports": _transports(rec),
         "nccl_interfaces": _interfaces(rec),
-        "nccl_warns": _warns(rec, ranks, text),
+        "nccl_warns": _warns(rec, ranks),
     }

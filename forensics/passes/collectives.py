@@ -252,11 +252,12 @@ def _world(world_size: int | None, topology: pl.DataFrame, exits: pl.DataFrame |
     return max(values) if values else None
 
 
-def _last_lines(lines: pl.DataFrame | None) -> dict[int, dict]:
+def _last_lines(lines: pl.DataFrame | None, ranks: list[int]) -> dict[int, dict]:
     """Each rank's last own line: in the file holding most of its lines, torchrun table rows excluded."""
-    if lines is None or lines.is_empty():
+    if lines is None or lines.is_empty() or not ranks:
         return {}
-    own = lines.filter(pl.col("rank").is_not_null() & ~pl.col("text").str.contains(_TABLE_ROW))
+    own = lines.filter(pl.col("rank").is_in(ranks))
+    own = own.filter(~pl.col("text").str.contains(_TABLE_ROW))
     own = own.filter(pl.col("file") == pl.col("file").mode().sort().first().over("rank"))
     last = own.sort("line").group_by("rank").last()
     return {r["rank"]: r for r in last.select("rank", "file", "line", "time", "text").iter_rows(named=True)}
@@ -289,7 +290,6 @@ def localize_hang(
     for rank, host in collectives.select("rank", "host").drop_nulls().unique(maintain_order=True).iter_rows():
         hosts.setdefault(rank, host)
     world = _world(world_size, topology, exits, ranks_seen + collectives["rank"].drop_nulls().to_list())
-    last_lines = _last_lines(lines)
 
     state = _rank_state(collectives)
     findings: list[dict] = []
@@ -313,6 +313,7 @@ def localize_hang(
     crowd_seq = state.filter(pl.col("timed_out"))["timed_out_seq"].mode().sort().first() if crowd else None
     crowd_done = state.filter(pl.col("timed_out"))["last_completed"].drop_nulls().mode().sort().first() if crowd else None
     crowd_ev = _evidence(collectives, crowd[0], TIMEOUT_KINDS) if crowd else None
+    last_lines = _last_lines(lines, silent)
     where = f"collective #{crowd_seq} (last completed #{crowd_done})" if crowd_seq is not None else "a collective"
     for rank in silent + unseen:
         has_log = rank in ranks_seen
