@@ -85,7 +85,7 @@ def incident_of(name: str, cache: dict) -> Incident:
         ("hang_64rank_lagging_seq", ("HANG001",)),
         ("nccl_ib_completion_error", ("NCCLNET001",)),
         ("hang_desync_mismatch", ("HANG004", "DESYNC001")),
-        ("hang_flight_recorder", ("HANG005",)),
+        ("hang_flight_recorder", ("HANG001", "HANG005")),
     ],
 )
 def test_fixture_culprits_match_expected(name, patterns, incidents):

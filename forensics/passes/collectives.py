@@ -55,7 +55,7 @@ COLLECTIVE_RANKS: dict[str, pl.DataType] = {
     "last_completed": pl.Int64,
     "timed_out_seq": pl.Int64,
     "op_type": pl.String,
-    "state": pl.String,  # timed_out | lagging | silent | no_log | culprit reasons joined by '+'
+    "state": pl.String,  # timed_out | pending | idle | silent | no_log | culprit:<patterns joined by '+'>
 }
 
 COLLECTIVE_STATE: dict[str, pl.DataType] = {
@@ -110,15 +110,31 @@ def _is_timeout() -> pl.Expr:
     return pl.col("kind").is_in(TIMEOUT_KINDS) & ((pl.col("kind") != "watchdog_terminated") | pl.col("seq").is_not_null())
 
 
-def _rank_state(collectives: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, pg): how far the rank got, from watchdog and dump-signal lines."""
+def _rank_state(collectives: pl.DataFrame, fr_entries: pl.DataFrame | None) -> pl.DataFrame:
+    """Per (rank, pg): how far the rank got, from watchdog/dump-signal lines and FR entries."""
     rows = collectives.filter(pl.col("rank").is_not_null() & (_is_timeout() | pl.col("kind").is_in(PROGRESS_KINDS)))
-    return rows.group_by(pl.col("rank"), pl.col("pg_guid").fill_null(DEFAULT_PG).alias("pg")).agg(
+    logged = rows.select(
+        "rank", pl.col("pg_guid").fill_null(DEFAULT_PG).alias("pg"), "last_enqueued", "last_completed",
+        pl.when(_is_timeout()).then(pl.col("seq")).alias("timed_out_seq"),
+        pl.when(_is_timeout()).then(pl.col("op_type")).alias("op_type"), _is_timeout().alias("timed_out"),
+    )  # fmt: skip
+    parts = [logged]
+    if fr_entries is not None and not fr_entries.is_empty():
+        # Flight Recorder: the newest collective each rank enqueued, and the newest it completed.
+        recorded = fr_entries.filter(~pl.col("is_p2p").fill_null(False) & pl.col("rank").is_not_null())
+        parts.append(
+            recorded.group_by("rank", pl.col("pg_name").fill_null(DEFAULT_PG).alias("pg")).agg(
+                pl.col("collective_seq_id").max().alias("last_enqueued"),
+                pl.col("collective_seq_id").filter(pl.col("state") == "completed").max().alias("last_completed"),
+            )
+        )
+    combined = pl.concat(parts, how="diagonal_relaxed")
+    return combined.group_by("rank", "pg").agg(
         pl.col("last_enqueued").max(),
         pl.col("last_completed").max(),
-        pl.col("seq").filter(_is_timeout()).min().alias("timed_out_seq"),
-        pl.col("op_type").filter(_is_timeout()).first(),
-        _is_timeout().any().alias("timed_out"),
+        pl.col("timed_out_seq").min(),
+        pl.col("op_type").drop_nulls().first(),
+        pl.col("timed_out").fill_null(False).any(),
     )
 
 
@@ -129,6 +145,14 @@ def _evidence(collectives: pl.DataFrame, rank: int, kinds: list[str]) -> dict | 
     order = {k: i for i, k in enumerate(kinds)}
     best = min(rows.select("file", "line", "time", "text", "kind").iter_rows(named=True), key=lambda r: order[r["kind"]])
     return best
+
+
+def _dump_of(fr_entries: pl.DataFrame | None, rank: int) -> dict | None:
+    """Evidence pointing at a rank's Flight Recorder dump (a binary file: no line to cite)."""
+    if fr_entries is None or fr_entries.is_empty():
+        return None
+    files = fr_entries.filter(pl.col("rank") == rank)["file"]
+    return {"file": files[0], "line": None, "time": None, "text": None} if files.len() else None
 
 
 def _lagging(state: pl.DataFrame) -> list[tuple[int, str, dict]]:
@@ -291,7 +315,7 @@ def localize_hang(
         hosts.setdefault(rank, host)
     world = _world(world_size, topology, exits, ranks_seen + collectives["rank"].drop_nulls().to_list())
 
-    state = _rank_state(collectives)
+    state = _rank_state(collectives, fr_entries)
     findings: list[dict] = []
     reasons: dict[int, list[str]] = {}
 
@@ -302,6 +326,7 @@ def localize_hang(
 
     for rank, pg, d in _lagging(state):
         ev = _evidence(collectives, rank, ["failure_detected", "last_work_status", "dump_signal", *TIMEOUT_KINDS])
+        ev = ev or _dump_of(fr_entries, rank)
         what = "completed" if d["field"] == "last_completed" else "enqueued"
         blame("HANG001", "Rank behind the others in a collective", Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL,
               Role.INITIATING, rank, ev,
@@ -349,8 +374,7 @@ def localize_hang(
     fr_mismatches = _fr_analysis(fr_entries) if fr_entries is not None and not fr_entries.is_empty() else empty(FR_MISMATCHES)
     for row in fr_mismatches.iter_rows(named=True):
         for rank in _parse_ranges(row["ranks"]):
-            files = fr_entries.filter(pl.col("rank") == rank)["file"]
-            ev = {"file": files[0] if files.len() else None, "line": None, "time": None, "text": None}
+            ev = _dump_of(fr_entries, rank)
             if row["problem"] == "missing_ranks":
                 blame("HANG005", "Rank missing from a collective in the Flight Recorder dumps",
                       Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL, Role.INITIATING, rank, ev,
@@ -421,7 +445,11 @@ def _per_rank_table(state: pl.DataFrame, ranks_seen: list[int], world: int | Non
         pg=pl.lit(None, pl.String),
         state=pl.when(pl.col("rank").is_in(ranks_seen)).then(pl.lit("silent")).otherwise(pl.lit("no_log")),
     )
-    base = state.with_columns(state=pl.when(pl.col("timed_out")).then(pl.lit("timed_out")).otherwise(pl.lit("progress_only")))
+    base = state.with_columns(
+        state=pl.when(pl.col("timed_out")).then(pl.lit("timed_out"))
+        .when(pl.col("last_enqueued") > pl.col("last_completed")).then(pl.lit("pending"))
+        .otherwise(pl.lit("idle"))
+    )  # fmt: skip
     table = pl.concat([conform(base, COLLECTIVE_RANKS), conform(filler, COLLECTIVE_RANKS)])
     blamed = pl.DataFrame(
         {"rank": list(reasons), "why": ["+".join(sorted(set(v))) for v in reasons.values()]},
