@@ -180,7 +180,11 @@ def build_hypotheses(
         score = best_role + earliness + SEVERITY_WEIGHT.get(worst, 0) + 0.004 * CATEGORY_SPECIFICITY.get(category, 0)
 
         culprit_rows = _culprits(group)
-        ranks = [int(r) for r in culprit_rows["rank"].drop_nulls().unique(maintain_order=True).to_list()]
+        agnostic = [pid for pid, p in patterns.items() if p.rank_agnostic]
+        ranks = [
+            int(r)
+            for r in culprit_rows.filter(~pl.col("pattern").is_in(agnostic))["rank"].drop_nulls().unique(maintain_order=True).to_list()
+        ]
         if best_role < ROLE_WEIGHT["symptom"]:
             ranks = []  # the crowd alone does not name a culprit
         hosts = [h for h in culprit_rows["host"].drop_nulls().unique(maintain_order=True).to_list()]

@@ -36,6 +36,9 @@ class Pattern:
     references: tuple[str, ...] = ()
     match_examples: tuple[str, ...] = ()
     no_match_examples: tuple[str, ...] = ()
+    # The line reports a job-wide quantity (an all-reduced loss, the loss scaler): the
+    # rank that happens to print it (rank 0, the last rank) is not a culprit.
+    rank_agnostic: bool = False
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -74,6 +77,8 @@ def load_pattern(path: Path) -> Pattern:
     if data["severity"] not in {s.value for s in Severity}:
         raise CatalogError(f"{path}: unknown severity {data['severity']!r}")
     examples = data.get("examples", {})
+    if not isinstance(data.get("rank_agnostic", False), bool):
+        raise CatalogError(f"{path}: 'rank_agnostic' must be true or false")
     return Pattern(
         id=data["id"],
         name=data["name"],
@@ -90,6 +95,7 @@ def load_pattern(path: Path) -> Pattern:
         references=_strings(data, "references", path),
         match_examples=_strings(examples, "match", path),
         no_match_examples=_strings(examples, "no_match", path),
+        rank_agnostic=data.get("rank_agnostic", False),
         path=path,
     )
 
