@@ -43,6 +43,10 @@ try:
     rows = tb.merge(ov, on="rank", how="left").to_dict("records")
     out = {"ok": True, "rows": [{k: (None if v != v else (int(v) if k == "rank" else float(v)))
                                  for k, v in r.items()} for r in rows]}
+    if "--kernel-types" in sys.argv:
+        kinds = analysis.get_gpu_kernel_breakdown(visualize=False)[0]
+        out["kernel_types"] = [{"kernel_type": r["kernel_type"], "sum": int(r["sum"]),
+                                "percentage": float(r["percentage"])} for r in kinds.to_dict("records")]
 except Exception as err:  # HTA failing is a result we record
     out = {"ok": False, "error": f"{type(err).__name__}: {err}"}
 import resource
@@ -134,14 +138,14 @@ def _run_child(cmd: list[str], env: dict | None = None) -> tuple[dict, float, di
     return answer, wall, {"largest": largest, "tree": round(tree_peak)}
 
 
-def run_hta(paths: list[Path]) -> tuple[dict, float, int]:
+def run_hta(paths: list[Path], *extra: str) -> tuple[dict, float, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:
             (Path(tmp) / path.name).symlink_to(path)
-        return _run_child([str(HTA_PYTHON), "-c", HTA_CHILD, tmp])
+        return _run_child([str(HTA_PYTHON), "-c", HTA_CHILD, tmp, *extra])
 
 
-def run_forensics(paths: list[Path]) -> tuple[dict, float, int]:
+def run_forensics(paths: list[Path]) -> tuple[dict, float, dict]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return _run_child([sys.executable, "-c", FORENSICS_CHILD, *map(str, paths)], env=env)
 
@@ -150,7 +154,7 @@ def record_expected() -> None:
     """Store HTA's per-rank temporal breakdown + overlap for every set it can analyze."""
     expected: dict[str, dict] = {}
     for name, paths in {**fixture_sets(), **corpus_sets()}.items():
-        answer, wall, _ = run_hta(paths)
+        answer, wall, _ = run_hta(paths, "--kernel-types")
         root = REPO if name.startswith("fixtures/") else CORPUS
         files = [str(p.relative_to(root)) for p in paths]
         expected[name] = {"root": "repo" if root == REPO else "corpus", "files": files, **answer}

@@ -11,7 +11,15 @@ import polars as pl
 import pytest
 
 from forensics.ingest.traces import EVENTS, find_traces, load_trace, load_traces, rank_from_name
-from forensics.passes.trace_breakdown import breakdown_frame, trace_breakdown, trace_summary_json
+from forensics.passes.trace_breakdown import (
+    breakdown_frame,
+    idle_time_breakdown,
+    kernel_stats,
+    kernel_type_breakdown,
+    top_kernels,
+    trace_breakdown,
+    trace_summary_json,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "traces"
@@ -206,3 +214,36 @@ def test_sets_hta_fails_on_still_get_an_answer(name):
     rows = trace_breakdown(load_traces(_set_paths(EXPECTED[name])))
     assert rows and all(list(r) == CONTRACT_KEYS for r in rows)
     assert all(r["kernel_time_us"] >= 0 for r in rows)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e["ok"]))
+def test_kernel_type_breakdown_matches_hta(name):
+    entry = EXPECTED[name]
+    ours = kernel_type_breakdown(load_traces(_set_paths(entry)))
+    hta = {r["kernel_type"]: (r["sum"], r["percentage"]) for r in entry["kernel_types"]}
+    assert dict(zip(ours["kernel_type"], zip(ours["sum_us"], ours["percentage"], strict=True), strict=True)) == hta
+
+
+# --- other analyses on the fixture whose answers are known -----------------------
+
+
+def test_kernel_stats_and_top_kernels():
+    loads = load_traces(find_traces(FIXTURES / "straggler_4rank"))
+    stats = kernel_stats(loads).filter(pl.col("name").str.starts_with("void gemm"))
+    assert stats["rank"].to_list() == [0, 1, 2, 3] and stats["count"].to_list() == [2] * 4
+    assert stats.filter(pl.col("rank") == 2)["mean_us"].item() == 7000
+    assert stats["std_us"].to_list() == [0.0] * 4
+    top = top_kernels(loads, n=2)
+    assert top["kernel_type"].to_list() == ["COMPUTATION", "COMMUNICATION"]
+    assert top["sum_us"].to_list() == [2 * (3 * 3000 + 7000), 2 * (3 * 4500 + 500)]
+
+
+def test_idle_time_breakdown_splits_gaps_by_cause():
+    loads = load_traces(find_traces(FIXTURES / "straggler_4rank"))
+    idle = idle_time_breakdown(loads).filter(pl.col("rank") == 0, pl.col("stream") == 7)
+    by_cause = dict(zip(idle["idle_category"], idle["idle_time_us"], strict=True))
+    # Stream 7 per step: gemm [t0+200, t0+3200), memcpy [t0+7750, t0+7850), launched at
+    # t0+100 and t0+160. gemm -> memcpy: launched long before, gap 4550 >= 30 us: "other"
+    # (3 steps). memcpy -> next step's gemm: launched at t0+10100, after the memcpy ended
+    # at t0+7850: "host_wait", gap 2350 (2 steps).
+    assert by_cause == {"other": 3 * 4550, "host_wait": 2 * 2350}

@@ -206,3 +206,130 @@ def trace_summary_json(directory: Path) -> list[dict]:
     """
     loads = [t for t in load_traces(find_traces(directory)) if t.status != InputStatus.SKIPPED]
     return trace_breakdown(loads)
+
+
+def _type_sweep(gpu: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
+    """Time per (trace, set of kernel types running at once), from +bit/-bit edges of each type's union."""
+    edges = []
+    for bit, kind in enumerate(kinds):
+        merged = merge_intervals(gpu.filter(pl.col("kernel_type") == kind))
+        edges.append(merged.select("trace", pl.col("ts").alias("time"), pl.lit(1 << bit).alias("step")))
+        edges.append(merged.select("trace", pl.col("end").alias("time"), pl.lit(-(1 << bit)).alias("step")))
+    label = pl.concat_str(
+        [pl.when((pl.col("running") & (1 << bit)) != 0).then(pl.lit(kind)) for bit, kind in enumerate(kinds)],
+        separator=" overlapping ",
+        ignore_nulls=True,
+    )
+    return (
+        pl.concat(edges)
+        .sort("trace", "time")
+        .with_columns(
+            pl.col("step").cum_sum().over("trace").alias("running"),
+            (pl.col("time").shift(-1).over("trace") - pl.col("time")).alias("span"),
+        )
+        .filter(pl.col("running") > 0)
+        .with_columns(label.alias("kernel_type"))
+        .group_by("trace", "kernel_type")
+        .agg(pl.col("span").sum())
+    )
+
+
+def kernel_type_breakdown(loads: list[TraceLoad], include_memory: bool = True) -> pl.DataFrame:
+    """GPU time by the kernel types running at once ("COMPUTATION overlapping COMMUNICATION"), summed over ranks.
+
+    HTA's `get_gpu_kernel_breakdown` first table: percentages of the total, 1 decimal.
+    """
+    kinds = [COMPUTATION, COMMUNICATION] + ([MEMORY] if include_memory else [])
+    gpu = gpu_events(combined_events(loads))
+    if gpu.is_empty():
+        return pl.DataFrame(schema={"kernel_type": pl.String, "sum_us": pl.Int64, "percentage": pl.Float64})
+    return (
+        _type_sweep(gpu, kinds)
+        .group_by("kernel_type")
+        .agg(pl.col("span").sum().alias("sum_us"))
+        .sort("sum_us", "kernel_type", descending=[True, False])
+        .with_columns((100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(1, mode="half_to_even").alias("percentage"))
+    )
+
+
+def kernel_stats(loads: list[TraceLoad]) -> pl.DataFrame:
+    """Per (kernel type, kernel name, rank): count and sum/max/min/mean/std (ddof=1, 0 for one call) of durations."""
+    gpu = gpu_events(combined_events(loads))
+    if gpu.is_empty():
+        return pl.DataFrame(schema={"kernel_type": pl.String, "name": pl.String, "rank": pl.Int32, "count": pl.UInt32,
+                                    "sum_us": pl.Int64, "max_us": pl.Int64, "min_us": pl.Int64,
+                                    "mean_us": pl.Float64, "std_us": pl.Float64})
+    return (
+        gpu.with_columns((pl.col("end") - pl.col("ts")).alias("dur"))
+        .group_by("kernel_type", "name", "rank")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur").sum().alias("sum_us"),
+            pl.col("dur").max().alias("max_us"),
+            pl.col("dur").min().alias("min_us"),
+            pl.col("dur").mean().alias("mean_us"),
+            pl.col("dur").std(ddof=1).fill_null(0.0).alias("std_us"),
+        )
+        .sort("kernel_type", "name", "rank")
+    )
+
+
+def top_kernels(loads: list[TraceLoad], n: int = 10) -> pl.DataFrame:
+    """The `n` kernels with the most GPU time over all ranks, with their share of all kernel time."""
+    stats = kernel_stats(loads)
+    return (
+        stats.group_by("kernel_type", "name")
+        .agg(pl.col("count").sum(), pl.col("sum_us").sum(), pl.col("max_us").max(), pl.col("rank").n_unique().alias("ranks"))
+        .with_columns((100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(2).alias("pctg"))
+        .sort("sum_us", "name", descending=[True, False])
+        .head(n)
+    )
+
+
+KERNEL_WAIT_US = 30  # HTA's default consecutive_kernel_delay
+_KERNEL_CATS = ["kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events"]
+
+
+def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAIT_US) -> pl.DataFrame:
+    """Per rank and stream, the idle gaps before each kernel/memcpy/memset, split as HTA does.
+
+    host_wait: the launching runtime call started after the previous event on the stream
+    ended (the CPU was late); kernel_wait: otherwise, a gap under `kernel_wait_us` (launch
+    overhead); other: the rest.
+    """
+    trace_ids = {i: t for i, t in enumerate(loads)}
+    frames = [
+        t.events.select(pl.lit(i, pl.Int32).alias("trace"), pl.lit(t.rank, pl.Int32).alias("rank"),
+                        "cat", "ts", "end", "stream", "correlation")
+        for i, t in trace_ids.items()
+    ]
+    schema = {"rank": pl.Int32, "stream": pl.Int64, "idle_category": pl.String, "idle_time_us": pl.Int64,
+              "idle_time_ratio": pl.Float64}
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    events = pl.concat(frames)
+    kernels = events.filter(pl.col("stream").fill_null(-1) != -1, pl.col("cat").is_in(_KERNEL_CATS))
+    if kernels.is_empty():
+        return pl.DataFrame(schema=schema)
+    runtime = (
+        events.filter(pl.col("stream").is_null() & pl.col("correlation").is_not_null())
+        .group_by("trace", "correlation")
+        .agg(pl.col("ts").min().alias("ts_runtime"))
+    )
+    prev_end = pl.col("end").shift(1).over("trace", "stream")
+    host_wait = (pl.col("ts_runtime") > prev_end).fill_null(False)
+    category = (
+        pl.when(host_wait).then(pl.lit("host_wait"))
+        .when((pl.col("ts") - prev_end < kernel_wait_us).fill_null(False)).then(pl.lit("kernel_wait"))
+        .otherwise(pl.lit("other"))
+    )
+    return (
+        kernels.join(runtime, on=["trace", "correlation"], how="left")
+        .sort("trace", "stream", "ts")
+        .with_columns(category.alias("idle_category"), (pl.col("ts") - prev_end).alias("gap"))
+        .group_by("trace", "rank", "stream", "idle_category")
+        .agg(pl.col("gap").sum().alias("idle_time_us"))
+        .with_columns((pl.col("idle_time_us") / pl.col("idle_time_us").sum().over("trace", "stream")).alias("idle_time_ratio"))
+        .sort("trace", "stream", "idle_category")
+        .select(list(schema))
+    )
