@@ -186,8 +186,9 @@ def benchmark(names: list[str], repeat: int) -> None:
             walls = ", ".join(f"{r[0]:.2f}" for r in runs[tool])
             print(f"  {label:10s}: {best[tool]:6.2f} s wall (runs: {walls})  peak RSS: largest process"
                   f" {largest[tool]:4d} MiB, process tree {tree[tool]:4d} MiB  ok={all(r[2] for r in runs[tool])}")
-        print(f"  speedup {best['hta'] / best['forensics']:.1f}x; peak memory {largest['forensics'] / largest['hta']:.2f}"
-              f" (largest process), {tree['forensics'] / tree['hta']:.2f} (process tree) of HTA's")
+        print(f"  speedup {best['hta'] / best['forensics']:.1f}x; peak memory"
+              f" {largest['forensics'] / largest['hta']:.2f} (largest process),"
+              f" {tree['forensics'] / tree['hta']:.2f} (process tree) of HTA's")
 
 
 def main() -> None:

@@ -124,7 +124,8 @@ def test_rank_from_name(name, rank):
 
 def test_missing_rank_stays_null(tmp_path):
     path = tmp_path / "host_77.json"
-    path.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}')
+    event = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+    path.write_text(json.dumps({"traceEvents": [event]}))
     trace = load_trace(path)
     assert trace.rank is None and trace.rank_source is None
     assert trace_breakdown([trace])[0]["rank"] is None
@@ -163,8 +164,8 @@ def test_no_gpu_events_gives_zeros_and_none_not_an_error():
 
 def test_nccl_dev_kernels_count_as_communication(tmp_path):
     events = [
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-         "pid": 0, "tid": 7, "ts": 0, "dur": 100, "args": {"stream": 7, "correlation": 1}},
+        {"ph": "X", "cat": "kernel",
+         "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "pid": 0, "tid": 7, "ts": 0, "dur": 100, "args": {"stream": 7, "correlation": 1}},
         {"ph": "X", "cat": "kernel", "name": "void gemm_kernel()", "pid": 0, "tid": 8, "ts": 50, "dur": 100,
          "args": {"stream": 8, "correlation": 2}},
     ]

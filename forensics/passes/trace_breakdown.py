@@ -248,7 +248,9 @@ def kernel_type_breakdown(loads: list[TraceLoad], include_memory: bool = True) -
         .group_by("kernel_type")
         .agg(pl.col("span").sum().alias("sum_us"))
         .sort("sum_us", "kernel_type", descending=[True, False])
-        .with_columns((100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(1, mode="half_to_even").alias("percentage"))
+        .with_columns(
+            (100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(1, mode="half_to_even").alias("percentage")
+        )
     )
 
 
@@ -279,7 +281,12 @@ def top_kernels(loads: list[TraceLoad], n: int = 10) -> pl.DataFrame:
     stats = kernel_stats(loads)
     return (
         stats.group_by("kernel_type", "name")
-        .agg(pl.col("count").sum(), pl.col("sum_us").sum(), pl.col("max_us").max(), pl.col("rank").n_unique().alias("ranks"))
+        .agg(
+            pl.col("count").sum(),
+            pl.col("sum_us").sum(),
+            pl.col("max_us").max(),
+            pl.col("rank").n_unique().alias("ranks"),
+        )
         .with_columns((100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(2).alias("pctg"))
         .sort("sum_us", "name", descending=[True, False])
         .head(n)
@@ -329,7 +336,9 @@ def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAI
         .with_columns(category.alias("idle_category"), (pl.col("ts") - prev_end).alias("gap"))
         .group_by("trace", "rank", "stream", "idle_category")
         .agg(pl.col("gap").sum().alias("idle_time_us"))
-        .with_columns((pl.col("idle_time_us") / pl.col("idle_time_us").sum().over("trace", "stream")).alias("idle_time_ratio"))
+        .with_columns(
+            (pl.col("idle_time_us") / pl.col("idle_time_us").sum().over("trace", "stream")).alias("idle_time_ratio")
+        )
         .sort("trace", "stream", "idle_category")
         .select(list(schema))
     )
