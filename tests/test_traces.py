@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.ingest.traces import EVENTS, find_traces, load_trace, load_traces, rank_from_name
+from forensics.ingest.traces import EVENTS, file_statuses, find_traces, load_trace, load_traces, rank_from_name
 from forensics.passes.trace_breakdown import (
     breakdown_frame,
     idle_time_breakdown,
@@ -248,3 +248,14 @@ def test_idle_time_breakdown_splits_gaps_by_cause():
     # (3 steps). memcpy -> next step's gemm: launched at t0+10100, after the memcpy ended
     # at t0+7850: "host_wait", gap 2350 (2 steps).
     assert by_cause == {"other": 3 * 4550, "host_wait": 2 * 2350}
+
+
+def test_file_statuses_for_the_incident():
+    root = FIXTURES / "edge"
+    loads = load_traces([root / "truncated" / "rank0.pt.trace.json", root / "cpu_only" / "rank-3.json.gz"])
+    statuses = file_statuses(loads, root)
+    assert [(s.path, s.status, s.lines) for s in statuses] == [
+        ("truncated/rank0.pt.trace.json", "partial", loads[0].events.height),
+        ("cpu_only/rank-3.json.gz", "parsed", 4),
+    ]
+    assert "truncated" in statuses[0].problem and statuses[1].problem is None

@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from forensics.incident import FileStatus
 from forensics.schema import InputStatus
 
 Scalar = int | float | str | None
@@ -381,3 +382,12 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 def find_traces(directory: Path) -> list[Path]:
     """Trace-looking files under `directory` (`*.json`, `*.json.gz`, `*.pt.trace.json(.gz)`)."""
     return sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+
+
+def file_statuses(loads: list[TraceLoad], root: Path) -> list[FileStatus]:
+    """How each trace fared, for `Incident.apply_statuses` (paths relative to `root`; `lines` = events kept)."""
+    return [
+        FileStatus(path=t.path.relative_to(root).as_posix() if t.path.is_relative_to(root) else t.path.as_posix(),
+                   status=str(t.status), problem=t.problem, lines=t.events.height)
+        for t in loads
+    ]
