@@ -14,6 +14,7 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.report.timing_section import render_timing
 from forensics.schema import InputKind
+from forensics.passes.traceback_context import classify_by_frames
 from forensics.steps import collectives, gpu, timing
 from forensics.steps.common import Step
 
@@ -21,6 +22,11 @@ GPU_KINDS = (
     InputKind.NVIDIA_SMI_QUERY, InputKind.NVIDIA_SMI_CSV, InputKind.NVIDIA_SMI_DMON, InputKind.NVIDIA_SMI_TOPO,
     InputKind.KERNEL_LOG,
 )  # fmt: skip
+
+def traceback_context_pass(incident: Incident, progress: Callable[[str], None]) -> None:
+    """Unrecognized exceptions classified by the subsystem their traceback runs through."""
+    incident.add_findings(classify_by_frames(incident.lines, incident.findings))
+
 
 SOURCES: list[Step] = [
     Step("nccl-c10d", collectives.ingest_nccl_and_c10d),
@@ -30,6 +36,7 @@ SOURCES: list[Step] = [
 
 PASSES: list[Step] = [
     Step("attribution", collectives.attribution_pass),
+    Step("traceback-context", traceback_context_pass),
     Step("hang", collectives.hang_pass),
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),

@@ -1,0 +1,46 @@
+"""Unrecognized exceptions are classified by the frames of their traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forensics.ingest.rank_logs import TextFile, read_text_files
+from forensics.passes.traceback_context import classify_by_frames
+from forensics.schema import FINDINGS, empty
+
+SAVE_TRACEBACK = """\
+Traceback (most recent call last):
+  File "train.py", line 250, in <module>
+    torch.save(model.state_dict(), path)
+  File "/venv/lib/python3.7/site-packages/torch/serialization.py", line 297, in _save
+    serialized_storages[key]._write_file(f, _should_read_directly(f))
+RuntimeError: write(): fd 29 failed with Input/output error
+"""
+
+CONFIG_TRACEBACK = """\
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "train.py", line 88, in probe
+[rank3]:     spec = layers[name]
+[rank3]: KeyError: 'decoder.layers.11.mlp'
+"""
+
+
+def _lines(tmp_path: Path, text: str):
+    (tmp_path / "console.log").write_text(text)
+    lines, _, _ = read_text_files(tmp_path, [TextFile("console.log", None)])
+    return lines
+
+
+def test_exception_inside_torch_save_is_checkpoint_io(tmp_path):
+    findings = classify_by_frames(_lines(tmp_path, SAVE_TRACEBACK), empty(FINDINGS))
+    assert findings.select("category", "line", "role").rows() == [("CHECKPOINT_IO", 6, "initiating")]
+    assert "serialization.py" in findings["captures"][0]
+
+
+def test_exception_outside_known_subsystems_stays_unclassified(tmp_path):
+    assert classify_by_frames(_lines(tmp_path, CONFIG_TRACEBACK), empty(FINDINGS)).is_empty()
+
+
+def test_platform_timestamp_before_rank_prefix_keeps_the_rank(tmp_path):
+    lines = _lines(tmp_path, "2024-11-20 14:37:16 [rank3]: torch.OutOfMemoryError: CUDA out of memory.\n")
+    assert lines["rank"].to_list() == [3]
