@@ -165,7 +165,8 @@ def test_no_gpu_events_gives_zeros_and_none_not_an_error():
 def test_nccl_dev_kernels_count_as_communication(tmp_path):
     events = [
         {"ph": "X", "cat": "kernel",
-         "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "pid": 0, "tid": 7, "ts": 0, "dur": 100, "args": {"stream": 7, "correlation": 1}},
+         "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+         "pid": 0, "tid": 7, "ts": 0, "dur": 100, "args": {"stream": 7, "correlation": 1}},
         {"ph": "X", "cat": "kernel", "name": "void gemm_kernel()", "pid": 0, "tid": 8, "ts": 50, "dur": 100,
          "args": {"stream": 8, "correlation": 2}},
     ]
