@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO ?= fixtures/incidents/cuda_oom_8rank_cascade
 
-.PHONY: demo test patterns fixtures bench clean
+.PHONY: demo test patterns evaluate clean
 
 $(BIN)/forensics: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ test: $(BIN)/forensics
 patterns: $(BIN)/forensics
 	$(BIN)/forensics patterns validate
 	$(BIN)/forensics patterns test
+
+evaluate: $(BIN)/forensics
+	$(BIN)/python fixtures/evaluate.py fixtures/incidents fixtures/public
 
 clean:
 	rm -rf $(VENV) forensics-report .pytest_cache
