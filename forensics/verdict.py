@@ -101,6 +101,7 @@ def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
                 "rank": row["rank"],
                 "host": row["host"],
                 "time": _iso(row["time"]),
+                "time_after": _iso(row.get("order_time")) if row["time"] is None else None,
                 "text": row["text"],
                 "pattern": row["pattern"],
                 "role": row["role"],
@@ -211,9 +212,20 @@ def build_hypotheses(
     return sorted(hypotheses, key=lambda h: (-h.score, h.category))
 
 
+def _corroborates(other: Hypothesis, top: Hypothesis) -> bool:
+    """A less specific hypothesis about the same ranks supports the top one (the OOM'd rank
+    also exited first; its peers timed out) rather than competing with it."""
+    if other.category == Category.UNKNOWN:
+        return True  # bare exit codes and unmatched errors say that something failed, not what
+    less_specific = CATEGORY_SPECIFICITY.get(other.category, 0) < CATEGORY_SPECIFICITY.get(top.category, 0)
+    return less_specific and set(other.culprit_ranks) <= set(top.culprit_ranks)
+
+
 def _confidence(hypotheses: list[Hypothesis]) -> float:
+    """Top score, discounted by how close the strongest competing hypothesis comes."""
     top = hypotheses[0].score
-    runner_up = hypotheses[1].score if len(hypotheses) > 1 else 0.0
+    competitors = [h for h in hypotheses[1:] if not _corroborates(h, hypotheses[0])]
+    runner_up = competitors[0].score if competitors else 0.0
     margin = (top - runner_up) / top if top else 0.0
     return round(min(0.99, top * (0.6 + 0.4 * margin)), 2)
 
@@ -243,9 +255,11 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
     """The investigation protocol's first two questions: when did it fail, and how many ranks."""
     notes = []
     start = lines["time"].min() if not lines.is_empty() else None
-    first_time = first.get("time") if first else None
+    first_time = (first.get("time") or first.get("time_after")) if first else None
     if start is not None and first_time:
         elapsed = (datetime.fromisoformat(first_time.replace("Z", "+00:00")) - start).total_seconds()
+        if not first.get("time"):
+            notes.append("The failing line has no timestamp; timing uses the last timestamp before it in the same log.")
         if elapsed < 300:
             notes.append(f"Failed {elapsed:.0f} s after the first log line: early failures point to configuration or environment.")
         elif elapsed < 3 * 3600:
@@ -299,7 +313,7 @@ def decide(
     playbook = playbooks.get(top.category, {})
     first = None
     if top.first:
-        first = {k: top.first[k] for k in ("rank", "time", "file", "line", "text")}
+        first = {k: top.first[k] for k in ("rank", "time", "time_after", "file", "line", "text")}
     summary = top.summary + _cascade_note(findings, top.culprit_ranks)
     return Verdict(
         category=top.category,

@@ -43,3 +43,30 @@ def attribute_ranks(findings: pl.DataFrame, pids: pl.DataFrame, single_node: boo
     ).join(pids, left_on="_pid", right_on="pid", how="left")
     local = pl.col("_local") if single_node else pl.lit(None, pl.Int32)
     return captured.with_columns(rank=pl.coalesce("rank", "_rank", "pid_rank", local)).drop("_rank", "_local", "_pid", "pid_rank")
+
+
+def rank_hosts(lines: pl.DataFrame, exits: pl.DataFrame | None, topology: pl.DataFrame | None) -> pl.DataFrame:
+    """rank -> short host name, from NCCL init lines, then the torchrun table, then line prefixes."""
+    parts = []
+    if topology is not None and not topology.is_empty():
+        parts.append(process_ranks(topology).select(rank=pl.col("global_rank").cast(pl.Int32), host=pl.col("host"), source=pl.lit(0)))
+    if exits is not None and not exits.is_empty():
+        parts.append(exits.select(pl.col("rank").cast(pl.Int32), pl.col("host").str.split(".").list.first(), source=pl.lit(1)))
+    if not lines.is_empty():
+        parts.append(lines.select(pl.col("rank").cast(pl.Int32), pl.col("host"), source=pl.lit(2)))
+    if not parts:
+        return pl.DataFrame(schema={"rank": pl.Int32, "host": pl.String})
+    return (
+        pl.concat(parts).drop_nulls(["rank", "host"]).sort("source")
+        .group_by("rank", maintain_order=True).agg(pl.col("host").first())
+    )
+
+
+def fill_hosts(findings: pl.DataFrame, hosts: pl.DataFrame) -> pl.DataFrame:
+    if findings.is_empty() or hosts.is_empty():
+        return findings
+    return (
+        findings.join(hosts.rename({"host": "_host"}), on="rank", how="left", maintain_order="left")
+        .with_columns(host=pl.coalesce("host", "_host"))
+        .drop("_host")
+    )

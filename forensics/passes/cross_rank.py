@@ -2,10 +2,12 @@
 
 Notes:
     A rank's status is read off its findings: `killed` when a PROCESS_KILLED or
-    HOST_OOM finding names it, `crashed` when it has an initiating or symptom error,
-    `timed_out` when it only shows the cascade (watchdog timeouts, aborts), `healthy`
-    otherwise. Ranks below the world size that left no line at all are `missing`:
-    in a hang those are prime suspects.
+    HOST_OOM finding names it; `crashed` when it has an initiating error; `timed_out`
+    when it shows the cascade (watchdog timeouts, aborts after them); `exited` when it
+    only has a non-zero exit with no cause of its own; `healthy` otherwise. Ranks below
+    the world size that left no line at all are `missing`: in a hang those are prime
+    suspects. Hosts come from the rank's own lines, else from `rank_hosts` (NCCL init
+    lines, the torchrun failure table).
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ def world_size(lines: pl.DataFrame, findings: pl.DataFrame) -> int | None:
     return max(sizes) if sizes else None
 
 
-def rank_table(lines: pl.DataFrame, findings: pl.DataFrame, metrics: pl.DataFrame, world: int | None) -> pl.DataFrame:
+def rank_table(
+    lines: pl.DataFrame,
+    findings: pl.DataFrame,
+    metrics: pl.DataFrame,
+    world: int | None,
+    rank_hosts: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     ranked = lines.filter(pl.col("rank").is_not_null())
     if ranked.is_empty() and not world:
         return empty(RANKS)
@@ -73,10 +81,12 @@ def rank_table(lines: pl.DataFrame, findings: pl.DataFrame, metrics: pl.DataFram
             first_error_text="text",
         )
     )
+    serious = pl.col("severity").is_in(FAILURE_SEVERITIES)
     per_rank_roles = findings.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
-        killed=pl.col("category").is_in(["PROCESS_KILLED", "HOST_OOM"]).any(),
-        failed=(pl.col("role").is_in(FAILURE_ROLES) & pl.col("severity").is_in(FAILURE_SEVERITIES)).any(),
-        cascaded=pl.col("role").is_in(["cascade", "teardown"]).any(),
+        killed=(pl.col("category").is_in(["PROCESS_KILLED", "HOST_OOM"]) & pl.col("role").is_in(FAILURE_ROLES)).any(),
+        failed=((pl.col("role") == "initiating") & serious).any(),
+        cascaded=(pl.col("role") == "cascade").any(),
+        exited=((pl.col("role") == "symptom") & serious).any(),
     )
     all_ranks = pl.DataFrame({"rank": list(range(world or 0))}, schema={"rank": pl.Int32})
     table = (
@@ -93,10 +103,16 @@ def rank_table(lines: pl.DataFrame, findings: pl.DataFrame, metrics: pl.DataFram
             .then(pl.lit("crashed"))
             .when(pl.col("cascaded"))
             .then(pl.lit("timed_out"))
+            .when(pl.col("exited"))
+            .then(pl.lit("exited"))
             .when(pl.col("lines").is_null())
             .then(pl.lit("missing"))
             .otherwise(pl.lit("healthy"))
         )
         .sort("rank")
     )
+    if rank_hosts is not None and not rank_hosts.is_empty():
+        table = table.join(rank_hosts.rename({"host": "known_host"}), on="rank", how="left").with_columns(
+            host=pl.coalesce("host", "known_host")
+        )
     return conform(table, RANKS)

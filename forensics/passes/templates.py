@@ -15,7 +15,10 @@ ERROR_LIKE = (
     r"(?:\b[A-Z]\w*(?:Error|Exception)\b: |\bFATAL\b|\bfatal error\b|\b(?:Error|ERROR)\b[:\]]|"
     r"\bfailed\b|\bSegmentation fault\b|\bAborted\b|\bcore dumped\b)"
 )
-NOISE = r"CUDA kernel errors might be asynchronously|For debugging consider passing|Compile with `?TORCH_USE_CUDA_DSA"
+NOISE = (
+    r"CUDA kernel errors might be asynchronously|For debugging consider passing|Compile with `?TORCH_USE_CUDA_DSA"
+    r"|frame #\d+: |^\S*\s+File \""  # stack frames are context of an exception, not errors themselves
+)
 
 
 def _masked(text: pl.Expr) -> pl.Expr:

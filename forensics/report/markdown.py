@@ -32,7 +32,7 @@ def _headline(analysis: Analysis) -> list[str]:
         facts.append(f"- **GPU:** {cell(gpu.get('host'))} GPU {cell(gpu.get('gpu'))} (PCI {cell(gpu.get('pci_bus_id'))})")
     if v.first_failure:
         ff = v.first_failure
-        when = ff.get("time") or "time UNKNOWN"
+        when = ff.get("time") or (f"time UNKNOWN (after {ff['time_after']})" if ff.get("time_after") else "time UNKNOWN")
         facts.append(f"- **First failure:** {where(ff['file'], ff['line'])} at {when}: {code(_short(ff['text']))}")
     if not v.culprit_ranks and v.category not in ("NO_FAILURE",):
         facts.append("- **Culprit rank(s):** UNKNOWN")

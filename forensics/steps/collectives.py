@@ -6,7 +6,7 @@ from forensics.incident import Incident
 from forensics.ingest.c10d import COLLECTIVES, parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
-from forensics.passes.attribution import attribute_ranks, known_hosts, pid_ranks
+from forensics.passes.attribution import attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
 from forensics.report.collectives_section import render_collectives
@@ -60,3 +60,5 @@ def attribution_pass(incident: Incident, progress: Progress) -> None:
     exits, topology = incident.tables.get("exits"), incident.tables.get("nccl_topology")
     single_node = len(known_hosts(incident.lines, exits, topology)) <= 1
     incident.findings = attribute_ranks(incident.findings, pid_ranks(exits, topology), single_node)
+    incident.tables["rank_hosts"] = rank_hosts(incident.lines, exits, topology)
+    incident.findings = fill_hosts(incident.findings, incident.tables["rank_hosts"])
