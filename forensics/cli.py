@@ -198,3 +198,7 @@ def patterns_validate() -> None:
     if problems:
         raise typer.Exit(1)
 
+
+
+if __name__ == "__main__":
+    app()
