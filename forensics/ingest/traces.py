@@ -118,6 +118,7 @@ _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 # nested object: a chunk cut there fails to decode and is retried at another boundary).
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _BOUNDARY_RETRIES = 8
+_BOUNDARY_WINDOW = 1 << 16  # look for the last event boundaries in the buffer's tail first
 _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
 _RAW_BATCH_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
@@ -206,7 +207,9 @@ class _EventStream:
         self.malformed += malformed
 
     def _drain(self) -> None:
-        cuts = [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(self.buffer, max(0, len(self.buffer) - (1 << 20)))]
+        window = max(0, len(self.buffer) - _BOUNDARY_WINDOW)
+        cuts = [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(self.buffer, window)]
+        cuts = cuts or [m.start() + 1 for m in _EVENT_BOUNDARY.finditer(self.buffer)]
         for cut in reversed(cuts[-_BOUNDARY_RETRIES:]):
             try:
                 events = _decode_events(b"[" + self.buffer[:cut] + b"]")
