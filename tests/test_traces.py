@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import forensics.ingest.traces as traces_module
 from forensics.ingest.traces import EVENTS, file_statuses, find_traces, load_trace, load_traces, rank_from_name
 from forensics.passes.trace_breakdown import (
     breakdown_frame,
@@ -260,3 +261,29 @@ def test_file_statuses_for_the_incident():
         ("cpu_only/rank-3.json.gz", "parsed", 4),
     ]
     assert "truncated" in statuses[0].problem and statuses[1].problem is None
+
+
+def test_odd_metadata_types_do_not_lose_the_rank(tmp_path):
+    path = tmp_path / "trace.json"
+    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"stream": 7}}
+    path.write_text(json.dumps({"distributedInfo": {"rank": "2", "pg_config": "weird"},
+                                "baseTimeNanoseconds": 1.7e18, "traceEvents": [event]}))
+    trace = load_trace(path)
+    assert (trace.rank, trace.pg_config, trace.base_time_ns, trace.status) == (2, [], 1700000000000000000, "parsed")
+
+
+def test_chunked_decoding_equals_whole_file_decoding(tmp_path, monkeypatch):
+    """Tiny read steps force many chunk cuts, some inside strings and nested objects."""
+    events = []
+    for i in range(200):
+        name = f"void k{i}<{{lambda()#1}}, {{lambda()#2}}>()" if i % 3 else f"op}}, {{{i}"
+        args = {"stream": 7, "correlation": i, "nested": [{"a": i}, {"b": i}]} if i % 2 else {"External id": i}
+        events.append({"ph": "X", "cat": "kernel" if i % 2 else "cpu_op", "name": name, "pid": 0, "tid": 7,
+                       "ts": 10 * i, "dur": 5, "args": args})
+    path = tmp_path / "rank4.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 4}, "traceEvents": events, "traceName": "x"}, indent=2))
+    whole = load_trace(path)
+    monkeypatch.setattr(traces_module, "_READ_STEP", 97)
+    chunked = load_trace(path)
+    assert whole.events.height == 200 and chunked.status == "parsed"
+    assert chunked.events.equals(whole.events)

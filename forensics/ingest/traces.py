@@ -1,9 +1,10 @@
 """Kineto / torch.profiler Chrome traces -> one Polars frame of complete (`X`) events per rank.
 
-msgspec decodes the JSON straight into typed Structs that hold only the fields the
-passes need (about 2x faster than orjson at a third of its memory on real traces);
-everything else in the file is skipped without being materialized. Each column is then
-built once from the Structs and handed to Polars.
+The file is read (and gunzipped) in bounded pieces and its `traceEvents` are decoded
+chunk by chunk as the bytes arrive, so the whole text is never in memory at once.
+msgspec decodes each chunk into typed Structs that hold only the fields the passes need
+(about 2x faster than orjson at a third of its memory on real traces); everything else
+is skipped without being materialized. Each chunk's columns then go to Polars.
 
 Times follow Holistic Trace Analysis (HTA) 0.5.0 so numbers match it: when any `ts` is
 fractional (nanosecond-precision traces) `ts := ceil(ts)` and `end := floor(ts + dur)`
@@ -24,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -76,15 +78,15 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _DistributedInfo(msgspec.Struct):
-    rank: int | str | None = None
-    world_size: int | str | None = None
-    pg_config: list[dict] | None = None
+    rank: Scalar = None
+    world_size: Scalar = None
+    pg_config: Any = None
 
 
 class _Trace(msgspec.Struct):
     traceEvents: list[msgspec.Raw] = []  # noqa: N815 - the file's own key; decoded in batches
     distributedInfo: msgspec.Raw = msgspec.Raw(b"null")  # noqa: N815 - decoded leniently, see _distributed_info
-    baseTimeNanoseconds: int | None = None  # noqa: N815
+    baseTimeNanoseconds: Scalar = None  # noqa: N815
 
 
 # Columns of the events frame; collective metadata columns stay null when absent.
@@ -369,8 +371,8 @@ def load_trace(path: Path) -> TraceLoad:
         rank=rank,
         rank_source=source if rank is not None else None,
         world_size=_as_int(info.world_size),
-        pg_config=info.pg_config or [],
-        base_time_ns=trace.baseTimeNanoseconds,
+        pg_config=info.pg_config if isinstance(info.pg_config, list) else [],
+        base_time_ns=_as_int(trace.baseTimeNanoseconds),
         status=InputStatus.PARTIAL if problems else InputStatus.PARSED,
         problem="; ".join(problems) or None,
     )
