@@ -90,6 +90,31 @@ def analyze(
 
 
 @app.command()
+def traces(
+    directory: Annotated[Path, typer.Argument(help="Folder holding torch.profiler traces (*.json, *.json.gz).")],
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="'json' for the contract's per-rank list.")] = OutputFormat.text,
+) -> None:
+    """Per-rank GPU time breakdown of profiler traces, with HTA's definitions."""
+    from forensics.passes.trace_breakdown import trace_summary_json
+
+    if not directory.is_dir():
+        raise _fail(f"{directory} is not a directory")
+    rows = trace_summary_json(directory)
+    if not rows:
+        raise _fail(f"no readable profiler trace under {directory}")
+    if output_format == OutputFormat.json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    typer.echo(f"{'rank':>5} {'kernel ms':>11} {'idle %':>7} {'compute %':>9} {'non-comp %':>10} {'overlap %':>9}")
+    for r in rows:
+        rank = "—" if r["rank"] is None else str(r["rank"])
+        typer.echo(
+            f"{rank:>5} {r['kernel_time_us'] / 1000:>11.1f} {r['idle_time_pctg']:>7.2f} {r['compute_time_pctg']:>9.2f} "
+            f"{r['non_compute_time_pctg']:>10.2f} {r['comp_comm_overlap_pctg']:>9.2f}"
+        )
+
+
+@app.command()
 def batch(
     roots: Annotated[list[Path], typer.Argument(help="Folders of incidents: each subfolder is one incident.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, index.parquet, fleet.md.")],

@@ -15,7 +15,7 @@ from forensics.incident import Incident
 from forensics.report.timing_section import render_timing
 from forensics.schema import InputKind
 from forensics.passes.traceback_context import classify_by_frames
-from forensics.steps import collectives, gpu, timing
+from forensics.steps import collectives, gpu, timing, traces
 from forensics.steps.common import Step
 
 GPU_KINDS = (
@@ -32,6 +32,7 @@ SOURCES: list[Step] = [
     Step("nccl-c10d", collectives.ingest_nccl_and_c10d),
     Step("flight-recorder", collectives.ingest_flight_recorder, (InputKind.FLIGHT_RECORDER,)),
     Step("gpu", gpu.ingest_gpu, GPU_KINDS),
+    Step("traces", traces.ingest_traces, (InputKind.TRACE,)),
 ]
 
 PASSES: list[Step] = [
@@ -46,7 +47,8 @@ PASSES: list[Step] = [
 SECTIONS: list[Callable[[Incident], str | None]] = [
     collectives.render_collectives_section,
     gpu.render_gpu_section,
+    traces.render_traces_section,
     render_timing,
 ]
 
-FIGURES: list[Callable[[Incident, Path], list[Path]]] = [gpu.draw_gpu_figures]
+FIGURES: list[Callable[[Incident, Path], list[Path]]] = [gpu.draw_gpu_figures, traces.draw_trace_figures]

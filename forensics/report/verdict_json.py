@@ -96,7 +96,7 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
             for h in verdict.hypotheses
         ],
         "ranks": _ranks(analysis),
-        "stragglers": _table_records(analysis, "stragglers"),
+        "stragglers": _table_records(analysis, "stragglers") + _table_records(analysis, "trace_stragglers"),
         "periodicity": _table_records(analysis, "periodicity"),
         "correlations": _table_records(analysis, "correlations"),
         "unmatched_errors": json.loads(analysis.unmatched.write_json()),

@@ -1,0 +1,79 @@
+"""Trace step: torch.profiler traces -> HTA-identical breakdown, cross-rank collective alignment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from forensics.incident import Incident
+from forensics.ingest.traces import file_statuses, load_traces
+from forensics.passes.collective_alignment import align_collectives
+from forensics.passes.trace_breakdown import breakdown_frame
+from forensics.report.markup import cell, table
+from forensics.report.trace_figures import breakdown_bars, skew_heatmap
+from forensics.schema import InputKind, InputStatus
+from forensics.steps.common import Progress
+
+MAX_TRACE_ROWS = 32
+
+
+def ingest_traces(incident: Incident, progress: Progress) -> None:
+    paths = incident.paths_of_kind(InputKind.TRACE)
+    if not paths:
+        return
+    progress(f"reading {len(paths)} profiler traces")
+    loads = load_traces([incident.root / p for p in paths])
+    incident.apply_statuses(file_statuses(loads, incident.root))
+    loads = [t for t in loads if t.status != InputStatus.SKIPPED]
+    if not loads:
+        return
+    prefix = incident.root.as_posix().rstrip("/") + "/"
+    breakdown = breakdown_frame(loads).with_columns(pl.col("file").str.strip_prefix(prefix))
+    incident.tables["trace_breakdown"] = breakdown
+    alignment = align_collectives(loads)
+    incident.tables["trace_collectives"] = alignment.collectives
+    incident.tables["trace_arrivals"] = alignment.arrivals
+    incident.tables["trace_ranks"] = alignment.ranks
+    incident.tables["trace_stragglers"] = pl.DataFrame(alignment.stragglers) if alignment.stragglers else pl.DataFrame()
+    incident.add_findings(alignment.findings.with_columns(pl.col("file").str.strip_prefix(prefix)))
+
+
+def render_traces_section(incident: Incident) -> str | None:
+    breakdown = incident.tables.get("trace_breakdown")
+    if breakdown is None or breakdown.is_empty():
+        return None
+    rows = [
+        (cell(r["rank"]), cell(r["file"]), f"{r['kernel_time_us'] / 1000:.1f}", f"{r['idle_time_pctg']:.2f}",
+         f"{r['compute_time_pctg']:.2f}", f"{r['non_compute_time_pctg']:.2f}", f"{r['comp_comm_overlap_pctg']:.2f}")
+        for r in breakdown.sort("rank", nulls_last=True).head(MAX_TRACE_ROWS).iter_rows(named=True)
+    ]
+    out = [
+        "## Profiler traces",
+        "",
+        "GPU time per rank, with Holistic Trace Analysis' definitions (last ProfilerStep dropped):",
+        "",
+        table(["rank", "trace", "kernel time (ms)", "idle %", "compute %", "non-compute %", "comm/comp overlap %"], rows),
+        "",
+    ]
+    ranks = incident.tables.get("trace_ranks")
+    if ranks is not None and not ranks.is_empty() and "wait_caused_us" in ranks.columns:
+        top = ranks.sort("wait_caused_us", descending=True).head(5)
+        rows = [(cell(r["rank"]), f"{r['wait_caused_us'] / 1000:.1f}", cell(r["times_late"]), "—" if r["slowdown"] is None else f"{r['slowdown']:.2f}")
+                for r in top.iter_rows(named=True)]
+        out += ["Ranks that made the others wait in collectives (kernel-duration matching across ranks):", "",
+                table(["rank", "waiting caused (ms)", "times late", "slowdown"], rows), ""]
+    return "\n".join(out)
+
+
+def draw_trace_figures(incident: Incident, directory: Path) -> list[Path]:
+    breakdown = incident.tables.get("trace_breakdown")
+    if breakdown is None or breakdown.is_empty():
+        return []
+    paths = [breakdown_bars(breakdown, directory)]
+    arrivals = incident.tables.get("trace_arrivals")
+    if arrivals is not None and not arrivals.is_empty():
+        heatmap = skew_heatmap(arrivals, directory)
+        if heatmap is not None:
+            paths.append(heatmap)
+    return paths
