@@ -20,6 +20,9 @@ Notes:
       comp_comm_overlap = |union(COMM) & union(COMP)| / |union(COMM)|, undefined (None)
       without communication kernels. Percentages are rounded half-to-even to 2 decimals.
     * A trace without GPU events gets zeros and None percentages instead of an error.
+    * Also HTA's kernel-type breakdown (time by the set of types running at once),
+      per-kernel statistics, top kernels and idle-time breakdown (host_wait / kernel_wait
+      / other gaps per stream).
 """
 
 from __future__ import annotations
@@ -130,21 +133,12 @@ def _union_stats(intervals: pl.DataFrame, prefix: str) -> pl.DataFrame:
 
 
 def _overlap(gpu: pl.DataFrame) -> pl.DataFrame:
-    """|union(COMM) & union(COMP)| per trace, by sweeping +1/-1 (comm) and +2/-2 (comp) edges."""
-    edges = []
-    for kind, weight in ((COMMUNICATION, 1), (COMPUTATION, 2)):
-        merged = merge_intervals(gpu.filter(pl.col("kernel_type") == kind))
-        edges.append(merged.select("trace", pl.col("ts").alias("time"), pl.lit(weight).alias("step")))
-        edges.append(merged.select("trace", pl.col("end").alias("time"), pl.lit(-weight).alias("step")))
+    """|union(COMM) & union(COMP)| per trace."""
+    both = f"{COMPUTATION} overlapping {COMMUNICATION}"
     return (
-        pl.concat(edges)
-        .sort("trace", "time")
-        .with_columns(
-            pl.col("step").cum_sum().over("trace").alias("running"),
-            (pl.col("time").shift(-1).over("trace") - pl.col("time")).alias("span"),
-        )
-        .group_by("trace")
-        .agg(pl.col("span").filter(pl.col("running") == 3).sum().alias("overlap"))
+        _type_sweep(gpu, [COMPUTATION, COMMUNICATION])
+        .filter(pl.col("kernel_type") == both)
+        .select("trace", pl.col("span").alias("overlap"))
     )
 
 
