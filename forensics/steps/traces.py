@@ -39,13 +39,17 @@ def ingest_traces(incident: Incident, progress: Progress) -> None:
     incident.add_findings(alignment.findings.with_columns(pl.col("file").str.strip_prefix(prefix)))
 
 
+def _number(value: float | None, divisor: float = 1, spec: str = ".2f") -> str:
+    return "—" if value is None else format(value / divisor, spec)
+
+
 def render_traces_section(incident: Incident) -> str | None:
     breakdown = incident.tables.get("trace_breakdown")
     if breakdown is None or breakdown.is_empty():
         return None
     rows = [
-        (cell(r["rank"]), cell(r["file"]), f"{r['kernel_time_us'] / 1000:.1f}", f"{r['idle_time_pctg']:.2f}",
-         f"{r['compute_time_pctg']:.2f}", f"{r['non_compute_time_pctg']:.2f}", f"{r['comp_comm_overlap_pctg']:.2f}")
+        (cell(r["rank"]), cell(r["file"]), _number(r["kernel_time_us"], 1000, ".1f"), _number(r["idle_time_pctg"]),
+         _number(r["compute_time_pctg"]), _number(r["non_compute_time_pctg"]), _number(r["comp_comm_overlap_pctg"]))
         for r in breakdown.sort("rank", nulls_last=True).head(MAX_TRACE_ROWS).iter_rows(named=True)
     ]
     out = [
@@ -59,7 +63,7 @@ def render_traces_section(incident: Incident) -> str | None:
     ranks = incident.tables.get("trace_ranks")
     if ranks is not None and not ranks.is_empty() and "wait_caused_us" in ranks.columns:
         top = ranks.sort("wait_caused_us", descending=True).head(5)
-        rows = [(cell(r["rank"]), f"{r['wait_caused_us'] / 1000:.1f}", cell(r["times_late"]), "—" if r["slowdown"] is None else f"{r['slowdown']:.2f}")
+        rows = [(cell(r["rank"]), _number(r["wait_caused_us"], 1000, ".1f"), cell(r["times_late"]), _number(r["slowdown"]))
                 for r in top.iter_rows(named=True)]
         out += ["Ranks that made the others wait in collectives (kernel-duration matching across ranks):", "",
                 table(["rank", "waiting caused (ms)", "times late", "slowdown"], rows), ""]
