@@ -27,6 +27,8 @@ SLASH = r"(?P<y>\d{4})/(?P<mo>\d{2})/(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P
 GLOG = r"(?:^|[\[\s:])[IWEF](?P<md>\d{3,4}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\.(?P<f>\d{6,9})\b"
 CTIME = r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) (?P<y>\d{4})\b"
 SYSLOG = r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\b"
+TIMESTAMP_WINDOW = 120
+FORMATS = {"iso": ISO, "slash": SLASH, "glog": GLOG, "ctime": CTIME, "syslog": SYSLOG}
 
 
 def _int(groups: pl.Expr, name: str) -> pl.Expr:
@@ -74,46 +76,58 @@ def _offset_minutes(tz: pl.Expr) -> pl.Expr:
     return (sign * (hours * 60 + minutes)).fill_null(0)
 
 
+def _components_time(year: int) -> pl.Expr:
+    """The datetime from the five extracted-group columns; the first format present wins."""
+    iso, slash, glog, ctime, syslog = (pl.col(f"_{name}") for name in FORMATS)
+    iso_time = _build(
+        _int(iso, "y"), _int(iso, "mo"), _int(iso, "d"), _int(iso, "h"), _int(iso, "mi"), _int(iso, "s"),
+        _micros(iso.struct.field("f")),
+    ) - pl.duration(minutes=_offset_minutes(iso.struct.field("tz").fill_null("")))
+    slash_time = _build(
+        _int(slash, "y"), _int(slash, "mo"), _int(slash, "d"), _int(slash, "h"), _int(slash, "mi"),
+        _int(slash, "s"), _micros(slash.struct.field("f")),
+    )
+    month_day = _int(glog, "md")
+    fraction = glog.struct.field("f")
+    # 9 digits: c10's monotonic nanoseconds, not wall time -> second precision only.
+    glog_us = pl.when(fraction.str.len_chars() == 9).then(pl.lit(0, pl.Int32)).otherwise(_micros(fraction))
+    glog_time = _build(
+        pl.lit(year, pl.Int32), month_day // 100, month_day % 100, _int(glog, "h"), _int(glog, "mi"),
+        _int(glog, "s"), glog_us,
+    )
+    ctime_time = _build(
+        _int(ctime, "y"), _month(ctime.struct.field("mon")), _int(ctime, "d"), _int(ctime, "h"),
+        _int(ctime, "mi"), _int(ctime, "s"), pl.lit(0, pl.Int32),
+    )
+    syslog_time = _build(
+        pl.lit(year, pl.Int32), _month(syslog.struct.field("mon")), _int(syslog, "d"), _int(syslog, "h"),
+        _int(syslog, "mi"), _int(syslog, "s"), pl.lit(0, pl.Int32),
+    )
+    return pl.coalesce(iso_time, slash_time, glog_time, ctime_time, syslog_time).cast(TIME)
+
+
+def times_of(texts: pl.Series, default_year: int) -> pl.Series:
+    """First recognizable timestamp of each text, as UTC Datetime(us), or null.
+
+    Each format's regex runs once into its own column before the fields are read: read
+    straight off one expression, every struct field re-ran its regex (7x slower). Only
+    the first TIMESTAMP_WINDOW characters are searched: stamps sit at the front, behind
+    launcher prefixes, and long lines no longer cost five full scans.
+    """
+    head = pl.col("text").str.slice(0, TIMESTAMP_WINDOW)
+    frame = pl.DataFrame({"text": texts}).with_columns(
+        [head.str.extract_groups(regex).alias(f"_{name}") for name, regex in FORMATS.items()]
+    )
+    return frame.select(_components_time(default_year).alias(texts.name))[texts.name]
+
+
 def line_time(text: pl.Expr, default_year: int) -> pl.Expr:
     """Expression: the first recognizable timestamp in `text` as UTC Datetime(us), or null.
 
     `default_year` fills formats that carry no year (glog, syslog); pick it from the
     incident's own full timestamps (see `infer_year`).
     """
-    iso = text.str.extract_groups(ISO)
-    iso_time = _build(
-        _int(iso, "y"), _int(iso, "mo"), _int(iso, "d"), _int(iso, "h"), _int(iso, "mi"), _int(iso, "s"),
-        _micros(iso.struct.field("f")),
-    ) - pl.duration(minutes=_offset_minutes(iso.struct.field("tz").fill_null("")))
-
-    slash = text.str.extract_groups(SLASH)
-    slash_time = _build(
-        _int(slash, "y"), _int(slash, "mo"), _int(slash, "d"), _int(slash, "h"), _int(slash, "mi"),
-        _int(slash, "s"), _micros(slash.struct.field("f")),
-    )
-
-    glog = text.str.extract_groups(GLOG)
-    month_day = _int(glog, "md")
-    fraction = glog.struct.field("f")
-    # 9 digits: c10's monotonic nanoseconds, not wall time -> second precision only.
-    glog_us = pl.when(fraction.str.len_chars() == 9).then(pl.lit(0, pl.Int32)).otherwise(_micros(fraction))
-    glog_time = _build(
-        pl.lit(default_year, pl.Int32), month_day // 100, month_day % 100, _int(glog, "h"), _int(glog, "mi"),
-        _int(glog, "s"), glog_us,
-    )
-
-    ctime = text.str.extract_groups(CTIME)
-    ctime_time = _build(
-        _int(ctime, "y"), _month(ctime.struct.field("mon")), _int(ctime, "d"), _int(ctime, "h"),
-        _int(ctime, "mi"), _int(ctime, "s"), pl.lit(0, pl.Int32),
-    )
-
-    syslog = text.str.extract_groups(SYSLOG)
-    syslog_time = _build(
-        pl.lit(default_year, pl.Int32), _month(syslog.struct.field("mon")), _int(syslog, "d"), _int(syslog, "h"),
-        _int(syslog, "mi"), _int(syslog, "s"), pl.lit(0, pl.Int32),
-    )
-    return pl.coalesce(iso_time, slash_time, glog_time, ctime_time, syslog_time).cast(TIME)
+    return text.map_batches(lambda s: times_of(s, default_year), return_dtype=TIME, is_elementwise=True)
 
 
 def infer_year(texts: pl.Series, fallback: int) -> int:
