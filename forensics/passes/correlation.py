@@ -30,8 +30,8 @@ CORRELATIONS = {
 }
 
 
-def _effects(findings: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
-    times = step_times(metrics).filter(pl.col("time").is_not_null())
+def _effects(findings: pl.DataFrame, times: pl.DataFrame) -> pl.DataFrame:
+    times = times.filter(pl.col("time").is_not_null())
     spike_rows = [spikes(group) for _, group in times.group_by("rank")] if not times.is_empty() else []
     # A spike is logged when its step ends; it started step_time_s earlier.
     started = pl.col("time") - pl.duration(microseconds=(pl.col("step_time_s") * 1e6).cast(pl.Int64))
@@ -47,23 +47,25 @@ def _effects(findings: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(frames).sort("time") if frames else pl.DataFrame(schema={"time": pl.Datetime("us", "UTC"), "effect": pl.String})
 
 
-def _window(metrics: pl.DataFrame) -> int:
+def _window(times: pl.DataFrame) -> int:
     """A few steps long (an effect within the next steps), capped at WINDOW_SECONDS."""
-    times = step_times(metrics)
     if times.is_empty():
         return WINDOW_SECONDS
     return max(1, min(WINDOW_SECONDS, round(3 * float(times["step_time_s"].median()))))
 
 
-def correlate(findings: pl.DataFrame, metrics: pl.DataFrame, window_seconds: int | None = None) -> pl.DataFrame:
+def correlate(
+    findings: pl.DataFrame, metrics: pl.DataFrame, window_seconds: int | None = None, times: pl.DataFrame | None = None
+) -> pl.DataFrame:
     events = (
         findings.filter((pl.col("role") == "event") & pl.col("time").is_not_null())
         .select("time", event=pl.col("title"))
         .unique()
         .sort("time")
     )
-    effects = _effects(findings, metrics)
-    window_seconds = window_seconds or _window(metrics)
+    times = step_times(metrics) if times is None else times
+    effects = _effects(findings, times)
+    window_seconds = window_seconds or _window(times)
     if events.is_empty() or effects.is_empty():
         return pl.DataFrame(schema=CORRELATIONS)
     stamps = pl.concat([events["time"], effects["time"], metrics["time"].drop_nulls()])

@@ -45,8 +45,8 @@ def spikes(times: pl.DataFrame) -> pl.DataFrame:
     return times.filter(pl.col("step_time_s") > threshold)
 
 
-def find_periodicity(metrics: pl.DataFrame) -> pl.DataFrame:
-    times = step_times(metrics)
+def find_periodicity(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -> pl.DataFrame:
+    times = step_times(metrics) if times is None else times
     if times.is_empty():
         return pl.DataFrame(schema=PERIODICITY)
     busiest = times.group_by("rank").len().sort(["len", "rank"], descending=[True, False])["rank"][0]

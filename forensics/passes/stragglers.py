@@ -49,9 +49,9 @@ def _compare(times: pl.DataFrame, signal: str) -> pl.DataFrame:
     )
 
 
-def find_stragglers(metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def find_stragglers(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(stragglers table, FINDINGS) from per-rank step times and data-loading times."""
-    times = step_times(metrics).filter(pl.col("rank").is_not_null())
+    times = (step_times(metrics) if times is None else times).filter(pl.col("rank").is_not_null())
     if times.is_empty() or times["rank"].n_unique() < 2:
         return pl.DataFrame(schema=STRAGGLERS), empty(FINDINGS)
     compared = pl.concat([_compare(times, signal).with_columns(value=pl.col(signal)) for signal in SIGNALS], how="diagonal_relaxed")

@@ -40,10 +40,13 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
     if lines.is_empty():
         return empty(FINDINGS)
     stream = ["file", "block", "rank"]
-    in_traceback = (
-        pl.col("text").str.contains("Traceback (most recent call last)", literal=True).any().over(stream)
+    traceback_blocks = (
+        lines.lazy()
+        .filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True))
+        .select(stream)
+        .unique()
     )
-    scoped = lines.lazy().with_columns(in_traceback=in_traceback).filter(pl.col("in_traceback"))
+    scoped = lines.lazy().join(traceback_blocks, on=stream, how="semi", nulls_equal=True)
     explained = findings.filter(pl.col("category") != "UNKNOWN").select("file", "line").unique()
     exceptions = (
         scoped.filter(pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME))
