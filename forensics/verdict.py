@@ -248,7 +248,12 @@ def _state(category: str, ranks: pl.DataFrame) -> str:
 def _cascade_note(findings: pl.DataFrame, culprits: list[int]) -> str:
     crowd = findings.filter(pl.col("role").is_in(["cascade"]) & pl.col("rank").is_not_null())
     others = crowd.filter(~pl.col("rank").is_in(culprits))["rank"].n_unique() if not crowd.is_empty() else 0
-    return f" {others} other rank{'s' if others != 1 else ''} then failed in cascade." if others else ""
+    if not others:
+        return ""
+    plural = "s" if others != 1 else ""
+    if not culprits:
+        return f" {others} rank{plural} reported it; the rank that started it is UNKNOWN."
+    return f" {others} other rank{plural} then failed in cascade."
 
 
 def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFrame, ranks: pl.DataFrame, world: int | None) -> list[str]:

@@ -44,7 +44,7 @@ def test_public_incident_cites_its_thread(folder):
 
 def test_public_set_is_broad():
     categories = {json.loads((f / "expected.json").read_text())["category"] for f in PUBLIC}
-    assert 6 <= len(PUBLIC) <= 10
+    assert len(PUBLIC) >= 6
     assert len(categories) >= 6
 
 
