@@ -156,7 +156,7 @@ def _host_from_nccl(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Host of each (file, rank) from its NCCL line prefixes `host:pid:tid [dev] NCCL`."""
     host = pl.col("text").str.extract(NCCL_HOST)
     return lines.with_columns(
-        host=host.drop_nulls().mode().first().over(["file", pl.col("rank").fill_null(-1)])
+        host=host.drop_nulls().mode().min().over(["file", pl.col("rank").fill_null(-1)])
     )
 
 

@@ -58,7 +58,7 @@ def rank_table(
     if ranked.is_empty() and not world:
         return empty(RANKS)
     base = ranked.group_by("rank").agg(
-        host=pl.col("host").drop_nulls().mode().first(),
+        host=pl.col("host").drop_nulls().mode().min(),  # ties: the smallest name, not whichever hashed first
         first_time=pl.col("time").min(),
         last_time=pl.col("time").max(),
         lines=pl.len().cast(pl.Int64),
@@ -114,5 +114,5 @@ def rank_table(
     if rank_hosts is not None and not rank_hosts.is_empty():
         table = table.join(rank_hosts.rename({"host": "known_host"}), on="rank", how="left").with_columns(
             host=pl.coalesce("host", "known_host")
-        )
+        ).sort("rank")  # a join does not keep row order
     return conform(table, RANKS)

@@ -1,0 +1,44 @@
+"""Regressions found in code review: ties and joins must not make results depend on chance."""
+
+import polars as pl
+
+from forensics.ingest.rank_logs import _host_from_nccl
+from forensics.passes.cross_rank import rank_table
+from forensics.schema import FINDINGS, LINES, METRICS, conform, empty
+
+REPEATS = 40  # a hash-ordered tie picks either side about half the time
+
+
+def _lines(hosts: list[str]) -> pl.DataFrame:
+    n = len(hosts)
+    return conform(
+        pl.DataFrame({"file": ["rank_0.log"] * n, "line": list(range(1, n + 1)), "rank": [0] * n, "host": hosts}),
+        LINES,
+    )
+
+
+def test_rank_table_host_tie_is_the_smallest_name():
+    lines = _lines(["node-b", "node-a", "node-b", "node-a"])
+    hosts = {rank_table(lines, empty(FINDINGS), empty(METRICS), 1)["host"][0] for _ in range(REPEATS)}
+    assert hosts == {"node-a"}
+
+
+def test_rank_table_stays_sorted_by_rank_after_known_hosts_join():
+    lines = conform(pl.DataFrame({"file": ["r.log"], "line": [1], "rank": [0], "host": ["h0"]}), LINES)
+    known = pl.DataFrame({"rank": list(range(63, -1, -1)), "host": [f"h{r}" for r in range(63, -1, -1)]},
+                         schema={"rank": pl.Int32, "host": pl.String})
+    table = rank_table(lines, empty(FINDINGS), empty(METRICS), 64, known)
+    assert table["rank"].to_list() == list(range(64))
+    assert table["host"].to_list() == [f"h{r}" for r in range(64)]
+
+
+def test_nccl_prefix_host_tie_is_the_smallest_name():
+    text = [
+        "node-b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+        "node-a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+    ]
+    lines = pl.DataFrame({"file": ["rank_0.log"] * 2, "line": [1, 2], "rank": [0, 0], "text": text},
+                         schema={"file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String})
+    hosts = {tuple(_host_from_nccl(lines.lazy()).collect()["host"].unique()) for _ in range(REPEATS)}
+    assert hosts == {("node-a",)}
+
