@@ -1,6 +1,9 @@
 """Regressions found in code review: ties and joins must not make results depend on chance."""
 
+from pathlib import Path
+
 import polars as pl
+import pytest
 
 from forensics.ingest.rank_logs import _host_from_nccl
 from forensics.passes.cross_rank import rank_table
@@ -41,4 +44,18 @@ def test_nccl_prefix_host_tie_is_the_smallest_name():
                          schema={"file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String})
     hosts = {tuple(_host_from_nccl(lines.lazy()).collect()["host"].unique()) for _ in range(REPEATS)}
     assert hosts == {("node-a",)}
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
+
+
+@pytest.mark.parametrize("name", ["srun_host_oom_killed", "gpu_clean_dump"])
+def test_gpu_ranks_table_is_sorted_and_repeatable(name):
+    from forensics.analyze import analyze
+
+    tables = [analyze(FIXTURES / name).incident.tables["gpu_ranks"] for _ in range(3)]
+    assert tables[0].height > 0
+    assert tables[0].equals(tables[0].sort("host", "gpu", "pci_bus_id", nulls_last=True))
+    assert all(t.equals(tables[0]) for t in tables[1:])
+    assert tables[0].select("host", "pci_bus_id").is_unique().all()
 

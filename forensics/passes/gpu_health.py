@@ -91,9 +91,9 @@ def _gpu_ranks(
         events.filter(pl.col("pci_bus_id").is_not_null()).select("host", pl.lit(None, pl.Int32).alias("gpu"), "pci_bus_id"),
     ]).unique(maintain_order=True)
     known = gpus.filter(pl.col("gpu").is_not_null())
-    gpus = gpus.join(known.select("host", "pci_bus_id", gpu_known="gpu").unique(["host", "pci_bus_id"]),
+    gpus = gpus.join(known.select("host", "pci_bus_id", gpu_known="gpu").unique(["host", "pci_bus_id"], keep="first"),
                      on=["host", "pci_bus_id"], how="left", nulls_equal=True)
-    gpus = gpus.with_columns(gpu=pl.coalesce("gpu", "gpu_known")).drop("gpu_known").unique(["host", "pci_bus_id", "gpu"])
+    gpus = gpus.with_columns(gpu=pl.coalesce("gpu", "gpu_known")).drop("gpu_known").unique(["host", "pci_bus_id", "gpu"], maintain_order=True)
     mapped = empty(GPU_RANKS)
     if topology is not None and not topology.is_empty() and "pci_bus_id" in topology.columns:
         topo = (
@@ -113,10 +113,16 @@ def _gpu_ranks(
     assumed = _local_rank_convention(gpus, rank_pids)
     mapped = pl.concat([mapped, assumed])
     # GPUs named by samples/events keep their index from the samples
-    out = gpus.join(mapped.rename({"gpu": "gpu_mapped"}), on=["host", "pci_bus_id"], how="left", nulls_equal=True)
+    # left_right keeps `mapped` in its order of preference (bus id before the local-rank guess)
+    out = gpus.join(mapped.rename({"gpu": "gpu_mapped"}), on=["host", "pci_bus_id"], how="left", nulls_equal=True,
+                    maintain_order="left_right")
     out = out.with_columns(gpu=pl.coalesce("gpu", "gpu_mapped"))
-    extra = mapped.join(gpus, on=["host", "pci_bus_id"], how="anti", nulls_equal=True)
-    return conform(pl.concat([conform(out, GPU_RANKS), extra]), GPU_RANKS).unique(["host", "pci_bus_id"], keep="first")
+    extra = mapped.join(gpus, on=["host", "pci_bus_id"], how="anti", nulls_equal=True, maintain_order="left")
+    return (
+        conform(pl.concat([conform(out, GPU_RANKS), extra]), GPU_RANKS)
+        .unique(["host", "pci_bus_id"], keep="first", maintain_order=True)
+        .sort("host", "gpu", "pci_bus_id", nulls_last=True)
+    )
 
 
 def _local_rank_convention(gpus: pl.DataFrame, rank_pids: pl.DataFrame | None) -> pl.DataFrame:
