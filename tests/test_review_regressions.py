@@ -59,3 +59,27 @@ def test_gpu_ranks_table_is_sorted_and_repeatable(name):
     assert all(t.equals(tables[0]) for t in tables[1:])
     assert tables[0].select("host", "pci_bus_id").is_unique().all()
 
+
+def test_correlations_break_ties_by_name():
+    from datetime import datetime, timedelta, timezone
+
+    from forensics.passes.correlation import correlate
+    from forensics.passes.periodicity import step_times
+
+    t0 = datetime(2026, 3, 3, 12, 0, tzinfo=timezone.utc)
+    rows = [
+        {"pattern": f"EV{i}", "title": title, "role": "event", "severity": "info", "category": "CHECKPOINT",
+         "file": "rank_0.log", "line": 10 * k + i, "rank": 0, "time": t0 + timedelta(seconds=100 * k)}
+        for k in range(2) for i, title in enumerate(["z event", "a event", "m event"])
+    ] + [
+        {"pattern": "F", "title": "fail", "role": "initiating", "severity": "error", "category": "CUDA_ERROR",
+         "file": f"rank_{r}.log", "line": 1, "rank": r, "time": t0 + timedelta(seconds=100 * r + 5)}
+        for r in range(2)
+    ]
+    findings = conform(pl.DataFrame(rows), FINDINGS)
+    metrics = conform(pl.DataFrame({"time": [t0, t0 + timedelta(seconds=300)]}), METRICS)
+    orders = {
+        tuple(correlate(findings, metrics, window_seconds=30, times=step_times(metrics))["event"].to_list())
+        for _ in range(REPEATS)
+    }
+    assert orders == {("a event", "m event", "z event")}

@@ -88,7 +88,10 @@ def correlate(
                 rows.append({"event": event, "effect": effect, "count": count, "of": of, "lift": round(lift, 2), "window_seconds": window_seconds})
     if not rows:
         return pl.DataFrame(schema=CORRELATIONS)
-    return pl.DataFrame(rows, schema=CORRELATIONS).sort(["lift", "count"], descending=True)
+    # names break ties: explain_periodicity takes the first row
+    return pl.DataFrame(rows, schema=CORRELATIONS).sort(
+        ["lift", "count", "event", "effect"], descending=[True, True, False, False]
+    )
 
 
 def explain_periodicity(periodicity: pl.DataFrame, correlations: pl.DataFrame) -> pl.DataFrame:
