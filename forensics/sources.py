@@ -14,6 +14,7 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.report.timing_section import render_timing
 from forensics.schema import InputKind
+from forensics.passes.collective_mismatch import odd_rank_out
 from forensics.passes.traceback_context import classify_by_frames
 from forensics.steps import collectives, gpu, timing, traces
 from forensics.steps.common import Step
@@ -28,6 +29,11 @@ def traceback_context_pass(incident: Incident, progress: Callable[[str], None]) 
     incident.add_findings(classify_by_frames(incident.lines, incident.findings))
 
 
+def collective_mismatch_pass(incident: Incident, progress: Callable[[str], None]) -> None:
+    """The rank its peers' DETAIL fingerprint checks name as running another collective."""
+    incident.add_findings(odd_rank_out(incident.findings))
+
+
 SOURCES: list[Step] = [
     Step("nccl-c10d", collectives.ingest_nccl_and_c10d),
     Step("flight-recorder", collectives.ingest_flight_recorder, (InputKind.FLIGHT_RECORDER,)),
@@ -38,6 +44,7 @@ SOURCES: list[Step] = [
 PASSES: list[Step] = [
     Step("attribution", collectives.attribution_pass),
     Step("traceback-context", traceback_context_pass),
+    Step("collective-mismatch", collective_mismatch_pass),
     Step("hang", collectives.hang_pass),
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),
