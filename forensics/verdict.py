@@ -190,8 +190,8 @@ def build_hypotheses(
             ranks = []  # the crowd alone does not name a culprit
         hosts = [h for h in culprit_rows["host"].drop_nulls().unique(maintain_order=True).to_list()]
         evidence_frame = group.sort(
-            [pl.col("role").replace_strict(ROLE_WEIGHT, default=0.0), pl.col("order_time").is_null(), "order_time"],
-            descending=[True, False, False],
+            [pl.col("role").replace_strict(ROLE_WEIGHT, default=0.0), pl.col("order_time").is_null(), "order_time", "file", "line"],
+            descending=[True, False, False, False, False],
         )
         playbook = playbooks.get(category, {})
         first = _evidence_rows(culprit_rows.head(1))
@@ -230,19 +230,46 @@ def _confidence(hypotheses: list[Hypothesis]) -> float:
     return round(min(0.99, top * (0.6 + 0.4 * margin)), 2)
 
 
-def _state(category: str, ranks: pl.DataFrame) -> str:
+EXCEPTION_TEXT = (
+    r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b:|\b(?:CUDA|NCCL|cuDNN) error\b|exception: |terminate called"
+    r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code"
+)
+
+
+def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int]) -> str:
+    """How the job ended, from the evidence rather than the category.
+
+    crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
+    code or a kill of its own; hung: collectives timed out or a hang was localized
+    while the culprit went quiet, even if the watchdog then aborted everyone;
+    diverged: numerics went bad while the processes kept running; slow: nothing died
+    and something was slower than it should be; unknown: none of that is evident.
+    """
     if category == Category.NO_FAILURE:
         return "healthy"
-    if category == Category.STRAGGLER:
-        return "slow"
-    if category == Category.COLLECTIVE_TIMEOUT:
-        return "hung"
+    failures = findings.filter(pl.col("role") != "event")
+    own_errors = failures.filter(
+        pl.col("role").is_in(["initiating", "symptom"])
+        & (pl.col("category") != Category.COLLECTIVE_TIMEOUT)
+        & pl.col("text").str.contains(EXCEPTION_TEXT)
+    )
+    if culprits:
+        own_errors = own_errors.filter(pl.col("rank").is_in(culprits))
+    culprit_died = not own_errors.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
+    anyone_died = culprit_died or not failures.filter(pl.col("text").str.contains(EXCEPTION_TEXT)).is_empty()
+    timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
+    hang_evidence = not failures.filter(timed_out | pl.col("pattern").str.starts_with("HANG")).is_empty()
     if category == Category.NUMERICAL:
-        crashed = not ranks.is_empty() and ranks["status"].is_in(["crashed", "killed"]).any()
-        return "crashed" if crashed else "diverged"
-    if category == Category.UNKNOWN:
-        return "unknown"
-    return "crashed"
+        return "crashed" if anyone_died else "diverged"
+    if culprit_died:
+        return "crashed"
+    if hang_evidence:
+        return "hung"
+    if anyone_died:
+        return "crashed"
+    if category == Category.STRAGGLER or not failures.filter(pl.col("category") == Category.STRAGGLER).is_empty():
+        return "slow"
+    return "unknown"
 
 
 def _cascade_note(findings: pl.DataFrame, culprits: list[int]) -> str:
@@ -310,7 +337,7 @@ def decide(
             first, summary, confidence = None, "No failure signature found in the artifacts.", 0.8
         playbook = playbooks[category]
         return Verdict(
-            category=category, state=_state(category, ranks), summary=summary, confidence=confidence,
+            category=category, state=_state(category, ranks, findings, []), summary=summary, confidence=confidence,
             culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=[],
             whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
         )
@@ -322,7 +349,7 @@ def decide(
     summary = top.summary + _cascade_note(findings, top.culprit_ranks)
     return Verdict(
         category=top.category,
-        state=_state(top.category, ranks),
+        state=_state(top.category, ranks, findings, top.culprit_ranks),
         summary=summary,
         confidence=_confidence(hypotheses),
         culprit_ranks=top.culprit_ranks,

@@ -45,6 +45,12 @@ def test_culprit_ranks(folder, analyses):
 
 
 @pytest.mark.parametrize("folder", INCIDENTS, ids=lambda p: p.name)
+def test_state(folder, analyses):
+    verdict = _analysis(folder, analyses).verdict
+    assert verdict.state == _expected(folder)["state"], verdict.summary
+
+
+@pytest.mark.parametrize("folder", INCIDENTS, ids=lambda p: p.name)
 def test_every_input_accounted_for(folder, analyses):
     incident = _analysis(folder, analyses).incident
     on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
