@@ -65,7 +65,7 @@ def analyze(
     from forensics.analyze import InputError
     from forensics.analyze import analyze as run_analysis
     from forensics.report.verdict_json import render_json
-    from forensics.report.write import write_report
+    from forensics.output import write_report
 
     try:
         analysis = run_analysis(directory, progress=_progress)

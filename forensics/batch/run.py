@@ -56,7 +56,7 @@ def run_job(job: Job) -> dict[str, Any]:
     """Analyze one incident and write its report; always returns an index row."""
     from forensics.analyze import analyze
     from forensics.report.verdict_json import verdict_document
-    from forensics.report.write import write_report
+    from forensics.output import write_report
 
     row: dict[str, Any] = {column: None for column in INDEX_COLUMNS}
     row.update(id=job.incident_id, path=str(job.path))

@@ -150,7 +150,7 @@ def align_collectives(loads: list[TraceLoad]) -> Alignment:
     suspects = ranks.filter(
         (pl.col("wait_share") >= share_needed) & (pl.col("times_late") >= LATE_SHARE_MIN * n_coll)
     )
-    files = dict(kernels.select("rank", "file").unique("rank").iter_rows())
+    files = dict(kernels.select("rank", "file").sort("rank", "file").unique("rank", keep="first", maintain_order=True).iter_rows())
     stragglers, rows = [], []
     for r in suspects.iter_rows(named=True):
         late_share = r["times_late"] / n_coll

@@ -99,8 +99,8 @@ def _gpu_ranks(
         topo = (
             topology.with_columns(pci_bus_id=pci_bus_id(pl.col("pci_bus_id").cast(pl.String)),
                                   nranks=pl.col("nranks") if "nranks" in topology.columns else pl.lit(0))
-            .sort("nranks", descending=True)
-            .unique(["host", "pci_bus_id"], keep="first")
+            .sort(["nranks", "rank"], descending=[True, False])
+            .unique(["host", "pci_bus_id"], keep="first", maintain_order=True)
         )
         gpu_idx = pl.col("cuda_dev") if "cuda_dev" in topo.columns else pl.lit(None)
         exact = topo.select("host", "pci_bus_id", gpu=gpu_idx.cast(pl.Int32), rank=pl.col("rank").cast(pl.Int32))

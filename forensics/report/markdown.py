@@ -10,7 +10,6 @@ from typing import Any
 
 import polars as pl
 
-from forensics import sources
 from forensics.analyze import Analysis
 from forensics.report.markup import cell, code, code_block, ranges, table, where
 
@@ -191,12 +190,10 @@ def _inputs(analysis: Analysis) -> list[str]:
     return out + [""]
 
 
-def _extra_sections(analysis: Analysis) -> list[str]:
+def _extra_sections(sections: list[str]) -> list[str]:
     out: list[str] = []
-    for render in sources.SECTIONS:
-        text = render(analysis.incident)
-        if text:
-            out += [text.rstrip(), ""]
+    for text in sections:
+        out += [text.rstrip(), ""]
     return out
 
 
@@ -206,7 +203,8 @@ def _figures(figures: list[Any]) -> list[str]:
     return ["## Figures", ""] + [f"![{cell(p.stem)}](figures/{p.name})" for p in figures] + [""]
 
 
-def render_markdown(analysis: Analysis, figures: list[Any] | None = None) -> str:
+def render_markdown(analysis: Analysis, figures: list[Any] | None = None, sections: list[str] | None = None) -> str:
+    """The postmortem; `sections` are extra markdown blocks (collectives, GPU, traces) rendered by their steps."""
     parts = (
         _headline(analysis)
         + _triage(analysis)
@@ -216,7 +214,7 @@ def render_markdown(analysis: Analysis, figures: list[Any] | None = None) -> str
         + _ranks(analysis)
         + _fixes(analysis)
         + _whys(analysis)
-        + _extra_sections(analysis)
+        + _extra_sections(sections or [])
         + _figures(figures or [])
         + _unmatched(analysis)
         + _inputs(analysis)

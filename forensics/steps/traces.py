@@ -9,7 +9,7 @@ import polars as pl
 from forensics.incident import Incident
 from forensics.ingest.traces import file_statuses, load_traces
 from forensics.passes.collective_alignment import align_collectives
-from forensics.passes.trace_breakdown import breakdown_frame
+from forensics.passes.trace_breakdown import breakdown_frame, idle_time_breakdown, kernel_type_breakdown, top_kernels
 from forensics.report.markup import cell, table
 from forensics.report.trace_figures import breakdown_bars, skew_heatmap
 from forensics.schema import InputKind, InputStatus
@@ -31,6 +31,9 @@ def ingest_traces(incident: Incident, progress: Progress) -> None:
     prefix = incident.root.as_posix().rstrip("/") + "/"
     breakdown = breakdown_frame(loads).with_columns(pl.col("file").str.strip_prefix(prefix))
     incident.tables["trace_breakdown"] = breakdown
+    incident.tables["trace_kernel_types"] = kernel_type_breakdown(loads)
+    incident.tables["trace_top_kernels"] = top_kernels(loads)
+    incident.tables["trace_idle"] = idle_time_breakdown(loads)
     alignment = align_collectives(loads)
     incident.tables["trace_collectives"] = alignment.collectives
     incident.tables["trace_arrivals"] = alignment.arrivals
@@ -60,6 +63,24 @@ def render_traces_section(incident: Incident) -> str | None:
         table(["rank", "trace", "kernel time (ms)", "idle %", "compute %", "non-compute %", "comm/comp overlap %"], rows),
         "",
     ]
+    kernel_types = incident.tables.get("trace_kernel_types")
+    if kernel_types is not None and not kernel_types.is_empty():
+        rows = [(cell(r["kernel_type"]), _number(r["sum_us"], 1000, ".1f"), _number(r["percentage"], 1, ".1f"))
+                for r in kernel_types.sort("sum_us", descending=True).iter_rows(named=True)]
+        out += ["GPU time by what ran at once, all ranks:", "", table(["kernel types", "time (ms)", "%"], rows), ""]
+    idle = incident.tables.get("trace_idle")
+    if idle is not None and not idle.is_empty():
+        per_rank = idle.group_by("rank", "idle_category").agg(pl.col("idle_time_us").sum()).pivot(
+            "idle_category", index="rank", values="idle_time_us"
+        ).sort("rank", nulls_last=True)
+        kinds = [k for k in ("host_wait", "kernel_wait", "other") if k in per_rank.columns]
+        rows = [(cell(r["rank"]), *(_number(r[k], 1000, ".1f") for k in kinds)) for r in per_rank.head(MAX_TRACE_ROWS).iter_rows(named=True)]
+        out += ["Idle GPU time by cause (ms; host_wait = the CPU launched late):", "", table(["rank", *kinds], rows), ""]
+    top = incident.tables.get("trace_top_kernels")
+    if top is not None and not top.is_empty():
+        rows = [(cell(r["name"], 90), cell(r["kernel_type"]), str(r["count"]), _number(r["sum_us"], 1000, ".1f"), _number(r["pctg"]))
+                for r in top.iter_rows(named=True)]
+        out += ["Top kernels by GPU time:", "", table(["kernel", "type", "count", "time (ms)", "% of kernel time"], rows), ""]
     ranks = incident.tables.get("trace_ranks")
     if ranks is not None and not ranks.is_empty() and "wait_caused_us" in ranks.columns:
         top = ranks.sort("wait_caused_us", descending=True).head(5)

@@ -19,12 +19,15 @@ FRAMES = ("inputs", "lines", "findings", "metrics", "ranks")
 def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     figures_dir = out / "figures"
+    for stale in figures_dir.glob("*.png") if figures_dir.is_dir() else []:
+        stale.unlink()  # a re-run into the same OUT must not show the last input's figures
     figures: list[Path] = []
     for draw in sources.FIGURES:
         figures_dir.mkdir(exist_ok=True)
         figures += draw(analysis.incident, figures_dir)
     written = [out / "postmortem.md", out / "verdict.json"]
-    written[0].write_text(render_markdown(analysis, figures), encoding="utf-8")
+    sections = [text for render in sources.SECTIONS if (text := render(analysis.incident))]
+    written[0].write_text(render_markdown(analysis, figures, sections), encoding="utf-8")
     written[1].write_text(render_json(analysis), encoding="utf-8")
     if frames:
         frames_dir = out / "frames"
