@@ -1,6 +1,6 @@
 """Walk an incident folder and classify every file: what it is, which rank and host.
 
-Every regular file ends up in the INPUTS table. Kind is decided by content first (a
+Every regular file outside `.git` folders ends up in the INPUTS table. Kind is decided by content first (a
 sniff of the decompressed head), then by name; a rank comes from the file name here
 and may be overruled by line prefixes during ingest. Symbolic links are never followed
 (a link could point anywhere on the machine): they are listed as skipped.
@@ -14,6 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.ingest.flight_recorder import sniff_flight_recorder
+from forensics.ingest.gpu import sniff_gpu_kind
 from forensics.ingest.text import compression_of, looks_binary, read_head
 from forensics.schema import INPUTS, InputKind, InputStatus
 
@@ -28,17 +30,10 @@ NAME_RANK = [
     re.compile(r"(?:^|[^a-z])proc(?:ess)?[_\-. ]?(\d+)(?![\d])", re.I),
 ]
 TORCHRUN_TREE = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
-FLIGHT_RECORDER_NAME = re.compile(r"(?:nccl_trace_rank_|trace_|fr_trace_?|flight_recorder_?)(\d+)$", re.I)
 NCCL_DEBUG_NAME = re.compile(r"nccl", re.I)
 KERNEL_LOG_NAME = re.compile(r"(?:^|[/_.\-])(?:dmesg|kern|kernel|syslog|messages|journal)", re.I)
 
 NCCL_LINE = re.compile(rb"\S+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN)")
-DMESG_LINE = re.compile(rb"^\[\s*\d+\.\d{6}\]", re.M)
-CSV_GPU_HEADER = re.compile(
-    rb"^(?:timestamp|index|name|pci\.bus_id|gpu_bus_id|temperature\.gpu|utilization\.gpu|uuid)"
-    rb"(?: \[[^\]]+\])?, ",
-    re.M,
-)
 
 
 def rank_from_name(path: str) -> tuple[int | None, int | None]:
@@ -55,7 +50,12 @@ def rank_from_name(path: str) -> tuple[int | None, int | None]:
 
 
 def sniff_kind(path: str, head: bytes) -> tuple[str, str | None]:
-    """(InputKind, reason to skip or None) from the name and the decompressed head."""
+    """(InputKind, reason to skip or None) from the name and the decompressed head.
+
+    Formats with a reader of their own are recognized by that reader's sniffer (GPU
+    dumps and kernel logs: ingest.gpu; Flight Recorder dumps: ingest.flight_recorder),
+    so a format's rules live in one place.
+    """
     name = path.rsplit("/", 1)[-1]
     lower = name.lower()
     if name in METADATA_NAMES:
@@ -66,24 +66,16 @@ def sniff_kind(path: str, head: bytes) -> tuple[str, str | None]:
     if stripped.startswith(b"{") or lower.endswith(TRACE_SUFFIXES):
         if b'"traceEvents"' in head or b'"schemaVersion"' in head:
             return InputKind.TRACE, None
-        if b'"pg_config"' in head or b'"entries"' in head and b'"version"' in head:
-            return InputKind.FLIGHT_RECORDER, None
         if b'"message"' in head and (b'"extraInfo"' in head or b'"timestamp"' in head):
             return InputKind.ERROR_FILE, None
-    if head[:1] == b"\x80" and FLIGHT_RECORDER_NAME.search(name):
+    if sniff_flight_recorder(path, head):
         return InputKind.FLIGHT_RECORDER, None
     if looks_binary(head):
         return InputKind.UNKNOWN, "binary content"
-    if b"==============NVSMI LOG==============" in head:
-        return InputKind.NVIDIA_SMI_QUERY, None
-    first_line = stripped.split(b"\n", 1)[0]
-    if first_line.startswith(b"# gpu") or first_line.startswith((b"#Date", b"#Time")):
-        return InputKind.NVIDIA_SMI_DMON, None
-    if b"CPU Affinity" in first_line and b"GPU0" in first_line:
-        return InputKind.NVIDIA_SMI_TOPO, None
-    if CSV_GPU_HEADER.search(head[:4096]) and b"\n" in head:
-        return InputKind.NVIDIA_SMI_CSV, None
-    if KERNEL_LOG_NAME.search(lower) or len(DMESG_LINE.findall(head)) > 3:
+    gpu_kind = sniff_gpu_kind(head.decode("utf-8", errors="replace"))
+    if gpu_kind is not None:
+        return InputKind(gpu_kind), None
+    if KERNEL_LOG_NAME.search(lower):
         return InputKind.KERNEL_LOG, None
     if NCCL_DEBUG_NAME.search(lower) and len(NCCL_LINE.findall(head)) * 2 >= head.count(b"\n"):
         return InputKind.NCCL_LOG, None

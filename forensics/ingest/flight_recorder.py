@@ -84,12 +84,16 @@ _DUMP_KEYS = (b"pg_config", b"pg_status", b"entries", b"nccl_comm_state")
 
 
 def sniff_flight_recorder(path: str | Path, head: bytes) -> bool:
-    """Whether a file's (decompressed) head looks like an FR dump, pickle or JSON."""
+    """Whether a file's (decompressed) head looks like an FR dump, pickle or JSON.
+
+    A pickle must also carry a dump's name (`<prefix><rank>`): `model.pkl` holding an
+    `entries` key is somebody's data, not a Flight Recorder dump.
+    """
     if not head:
         return False
     keys = sum(key in head for key in _DUMP_KEYS)
-    if head[:1] == b"\x80":  # pickle protocol >= 2
-        return keys >= 1
+    if head[:1] == b"\x80":  # pickle protocol >= 2; dumps are named <prefix><rank>, no extension
+        return keys >= 1 and rank_of_dump(path) is not None
     if head.lstrip()[:1] == b"{":
         return b'"pg_config"' in head or (b'"entries"' in head and b'"version"' in head)
     return False
