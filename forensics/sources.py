@@ -15,7 +15,7 @@ from forensics.incident import Incident
 from forensics.report.timing_section import render_timing
 from forensics.schema import InputKind
 from forensics.passes.collective_mismatch import odd_rank_out
-from forensics.passes.traceback_context import classify_by_frames
+from forensics.passes.traceback_context import classify_by_frames, demote_overridden
 from forensics.steps import collectives, gpu, timing, traces
 from forensics.steps.common import Step
 
@@ -26,7 +26,9 @@ GPU_KINDS = (
 
 def traceback_context_pass(incident: Incident, progress: Callable[[str], None]) -> None:
     """Unrecognized exceptions classified by the subsystem their traceback runs through."""
-    incident.add_findings(classify_by_frames(incident.lines, incident.findings))
+    context = classify_by_frames(incident.lines, incident.findings)
+    incident.findings = demote_overridden(incident.findings, context, incident.lines)
+    incident.add_findings(context)
 
 
 def collective_mismatch_pass(incident: Incident, progress: Callable[[str], None]) -> None:

@@ -44,3 +44,24 @@ def test_exception_outside_known_subsystems_stays_unclassified(tmp_path):
 def test_platform_timestamp_before_rank_prefix_keeps_the_rank(tmp_path):
     lines = _lines(tmp_path, "2024-11-20 14:37:16 [rank3]: torch.OutOfMemoryError: CUDA out of memory.\n")
     assert lines["rank"].to_list() == [3]
+
+
+SHM_EXCERPT = """\
+  File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 57, in __init__
+    sl = self._semlock = _multiprocessing.SemLock(
+OSError: [Errno 28] No space left on device
+"""
+
+
+def test_generic_errno_yields_to_the_frames_that_say_where(tmp_path):
+    from forensics.catalog import load_catalog
+    from forensics.catalog.match import match_catalog
+    from forensics.passes.traceback_context import demote_overridden
+
+    lines = _lines(tmp_path, SHM_EXCERPT)  # a paste that starts mid-traceback
+    generic = match_catalog(lines, load_catalog())
+    assert "CHECKPOINT_IO" in generic["category"].to_list()
+    context = classify_by_frames(lines, generic)
+    assert context.select("category", "line").rows() == [("ENVIRONMENT", 3)]
+    demoted = demote_overridden(generic, context, lines)
+    assert demoted.filter(demoted["category"] == "CHECKPOINT_IO")["role"].to_list() == ["symptom"]

@@ -148,7 +148,9 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
             .forward_fill()
             .over(stream, order_by="line")
         )
-        .with_columns(pl.col("block").fill_null(pl.col("line")))
+        # A log that opens mid-traceback (a truncated paste, a rotated file): its first run of
+        # frames belongs to one block starting at the stream's first line.
+        .with_columns(pl.col("block").fill_null(pl.col("line").min().over(stream)))
     )
 
 

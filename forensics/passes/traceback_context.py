@@ -7,7 +7,10 @@ Notes:
     failure whatever its message (old torch.save says only `write(): fd 29 failed with
     Input/output error`); one raised inside DataLoader machinery is a data-pipeline
     failure. The finding cites the exception line and names the frame that decided it.
-    Exceptions already explained by a catalog pattern are left alone.
+    Exceptions already explained by a catalog pattern are left alone, unless that
+    pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
+    device` raised from a multiprocessing SemLock is /dev/shm, not checkpoint storage.
+    The generic finding is then demoted to a symptom (`demote_overridden`).
 """
 
 from __future__ import annotations
@@ -19,18 +22,28 @@ from forensics.schema import FINDINGS, conform, empty
 EXCEPTION_LINE = r"(?:^|\]:?\s?|: )(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s|$)"
 FRAME = r'File "[^"]+", line \d+'
 
+# (pattern id, category, title, frames that decide it, generic patterns it overrides)
 CONTEXTS = [
+    (
+        "CTX003",
+        "ENVIRONMENT",
+        "Shared memory (/dev/shm) exhausted while creating a multiprocessing lock or buffer",
+        r"multiprocessing/synchronize\.py|SemLock|multiprocessing/heap\.py|torch/multiprocessing/reductions\.py",
+        frozenset({"CKPT001"}),
+    ),
     (
         "CTX001",
         "CHECKPOINT_IO",
         "Exception raised inside checkpoint save/load code",
         r"torch/serialization\.py|torch/distributed/checkpoint/|safetensors|in (?:save|load)_checkpoint\b|in _save\b",
+        frozenset(),
     ),
     (
         "CTX002",
         "DATA_PIPELINE",
         "Exception raised inside DataLoader code",
         r"torch/utils/data/|in _worker_loop\b",
+        frozenset(),
     ),
 ]
 
@@ -42,22 +55,29 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
     stream = ["file", "block", "rank"]
     traceback_blocks = (
         lines.lazy()
-        .filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True))
+        .filter(
+            pl.col("text").str.contains("Traceback (most recent call last)", literal=True)
+            | pl.col("text").str.contains(FRAME)  # a traceback whose header was cut off
+        )
         .select(stream)
         .unique()
     )
     scoped = lines.lazy().join(traceback_blocks, on=stream, how="semi", nulls_equal=True)
-    explained = findings.filter(pl.col("category") != "UNKNOWN").select("file", "line").unique()
-    exceptions = (
-        scoped.filter(pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME))
-        .join(explained.lazy(), on=["file", "line"], how="anti")
-        .sort("line")
-        .group_by(stream, maintain_order=True)
-        .last()  # the final exception of the traceback is the one that ended the program
-    )
+    candidates = scoped.filter(pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME))
     frames = scoped.filter(pl.col("text").str.contains(FRAME))
     hits = []
-    for pattern, category, title, where in CONTEXTS:
+    for pattern, category, title, where, overrides in CONTEXTS:
+        # A line explained by a specific pattern stays explained; a generic one (an errno
+        # that could come from anywhere) yields to the frames that say where it came from.
+        explained = findings.filter(
+            (pl.col("category") != "UNKNOWN") & ~pl.col("pattern").is_in(list(overrides))
+        ).select("file", "line").unique()
+        exceptions = (
+            candidates.join(explained.lazy(), on=["file", "line"], how="anti")
+            .sort("line")
+            .group_by(stream, maintain_order=True)
+            .last()  # the final exception of the traceback is the one that ended the program
+        )
         deciding = (
             frames.filter(pl.col("text").str.contains(where))
             .group_by(stream)
@@ -74,3 +94,19 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
         hits.append(found)
     result = pl.concat(hits).collect().unique(["file", "line"], keep="first", maintain_order=True)
     return conform(result, FINDINGS)
+
+
+def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Generic findings inside a traceback that a frame context re-classified become symptoms of it."""
+    overridden = sorted({pid for *_rest, overrides in CONTEXTS for pid in overrides})
+    if context_findings.is_empty() or not overridden:
+        return findings
+    block_of = lines.select("file", "line", "block").unique(["file", "line"])
+    relabelled = context_findings.select("file", "line").join(block_of, on=["file", "line"]).select("file", "block").unique()
+    in_block = (
+        findings.select("file", "line").join(block_of, on=["file", "line"], how="left")
+        .join(relabelled.with_columns(_context=pl.lit(True)), on=["file", "block"], how="left")
+    )
+    marked = findings.join(in_block.select("file", "line", "_context").unique(["file", "line"]), on=["file", "line"], how="left", maintain_order="left")
+    demote = marked["_context"].fill_null(False) & marked["pattern"].is_in(overridden)
+    return marked.with_columns(role=pl.when(demote).then(pl.lit("symptom")).otherwise(pl.col("role"))).drop("_context")
