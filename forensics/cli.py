@@ -6,6 +6,7 @@ stderr), 3 findings at or above --fail-on, 1 only for an internal bug.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from enum import StrEnum
@@ -132,10 +133,8 @@ def batch(
     if not work:
         raise _fail("no incident folders found")
     if engine == Engine.ray:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise _fail("the ray engine needs Ray: pip install 'forensics[ray]'") from None
+        if importlib.util.find_spec("ray") is None:
+            raise _fail("the ray engine needs Ray: pip install 'forensics[ray]'")
         rows = run_ray(work, _progress)
     else:
         rows = run_local(work, jobs, _progress)

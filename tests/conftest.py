@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import polars as pl
 import pytest
 
 from forensics.schema import FINDINGS, LINES, conform
+
+
+GENERATORS = Path(__file__).resolve().parents[1] / "fixtures" / "generate"
+
+
+def load_generator(name: str) -> ModuleType:
+    """Import a fixture generator script (fixtures/generate/<name>.py) as a module."""
+    spec = importlib.util.spec_from_file_location(name, GENERATORS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_files(root: Path, files: dict[str, str | bytes]) -> Path:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from tests.conftest import load_generator
 from forensics.analyze import ingest_text
 from forensics.discover import discover
 from forensics.incident import Incident
@@ -24,15 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INCIDENTS = ROOT / "fixtures" / "incidents"
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("make_hang_incidents", ROOT / "fixtures/generate/make_hang_incidents.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_generator("make_hang_incidents")
 
 
 def localize(incident: Incident) -> Incident:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import pickle
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from tests.conftest import load_generator
 from forensics.ingest.flight_recorder import (
     entries_frame,
     load_flight_recorder,
@@ -25,15 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FR_FIXTURE = ROOT / "fixtures" / "incidents" / "hang_flight_recorder"
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("make_hang_incidents", ROOT / "fixtures/generate/make_hang_incidents.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = load_generator("make_hang_incidents")
 
 
 class _System:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_generator
 from forensics.schema import Category
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -18,10 +18,7 @@ PUBLIC = sorted(p.parent for p in FIXTURES.glob("public/*/expected.json"))
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_format_incidents", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_generator("make_format_incidents")
 
 
 @pytest.mark.parametrize("path", EXPECTED, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import polars as pl
 import pytest
 
 from forensics.ingest.rank_logs import TextFile, read_text_files
