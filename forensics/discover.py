@@ -1,8 +1,8 @@
 """Walk an incident folder and classify every file: what it is, which rank and host.
 
-Every regular file outside `.git` folders ends up in the INPUTS table. Kind is decided by content first (a
-sniff of the decompressed head), then by name; a rank comes from the file name here
-and may be overruled by line prefixes during ingest. Symbolic links are never followed
+Every regular file outside `.git` folders ends up in the INPUTS table. Kind is decided
+by content first (a sniff of the decompressed head), then by name; a rank comes from
+the file name here and may be overruled by line prefixes during ingest. Symbolic links are never followed
 (a link could point anywhere on the machine): they are listed as skipped.
 """
 
