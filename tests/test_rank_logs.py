@@ -225,3 +225,27 @@ def test_blank_lines_are_dropped_but_numbering_is_physical(tmp_path):
 def test_no_files_gives_empty_frames(tmp_path):
     lines, statuses, findings = read_text_files(tmp_path, [])
     assert lines.is_empty() and statuses == [] and findings.is_empty()
+
+
+def test_torchrun_tree_local_rank_is_global_on_a_single_node_console(tmp_path):
+    """rank 3 never raised, so no `[rank3]:` tag exists; its tree folder and `[default3]:` still name it."""
+    from forensics.ingest.rank_logs import TextFile, read_text_files
+
+    (tmp_path / "console.log").write_text(
+        "[default0]:[rank0]: RuntimeError: boom\n[default3]:2026-11-21 20:00:18,001 INFO step 11\n"
+    )
+    tree = tmp_path / "attempt_0" / "3"
+    tree.mkdir(parents=True)
+    (tree / "stdout.log").write_text("2026-11-21 20:00:18,001 INFO step 11\n")
+    lines, _, _ = read_text_files(tmp_path, [TextFile("console.log", None), TextFile("attempt_0/3/stdout.log", None, 3)])
+    assert lines.sort("file", "line")["rank"].to_list() == [3, 0, 3]
+
+
+def test_multi_node_console_does_not_guess_from_local_ranks(tmp_path):
+    from forensics.ingest.rank_logs import TextFile, read_text_files
+
+    (tmp_path / "console.log").write_text(
+        "[default0]:[rank0]: a\n[default0]:[rank4]: b\n[default1]:[rank5]: c\n[default2]:untagged\n"
+    )
+    lines, _, _ = read_text_files(tmp_path, [TextFile("console.log", None)])
+    assert lines.sort("line")["rank"].to_list() == [0, 4, 5, None]

@@ -105,8 +105,8 @@ def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
 def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
     """Rank per line: prefix tag, else the file's single tagged rank, else file name, else payload.
 
-    A bare local rank is the last resort, and only in files with no global tag at all:
-    it equals the global rank on one node only.
+    A bare local rank is the last resort, only where the file shows no sign of several
+    nodes: it equals the global rank on one node only.
     """
     per_file = pl.col("tag_rank").drop_nulls().unique().len().over("file")
     file_tag = pl.col("tag_rank").drop_nulls().first().over("file")
@@ -121,8 +121,16 @@ def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
     local_to_global = pl.when(pl.col("tag_local").is_not_null() & unique_global).then(
         pl.col("tag_rank").drop_nulls().first().over(by_local)
     )
+    # A file whose known (local, global) pairs are all equal is a single node's: its bare local
+    # ranks (prefix or torchrun --log-dir folder) are global ranks too. Any other pair, or no
+    # pair at all in a file with global tags, and the bare local rank says nothing.
+    both = pl.col("tag_local").is_not_null() & pl.col("tag_rank").is_not_null()
+    identity = (
+        (pl.col("tag_local") == pl.col("tag_rank")).filter(both).all().over("file")
+        & both.any().over("file")
+    )
     file_has_globals = pl.col("tag_rank").is_not_null().any().over("file")
-    bare_local = pl.when(~file_has_globals).then(pl.col("tag_local"))
+    bare_local = pl.when(~file_has_globals | identity).then(pl.coalesce("tag_local", "name_local"))
     return lines.join(files.lazy(), on="file", how="left", maintain_order="left").with_columns(
         rank=pl.coalesce(
             "tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", bare_local

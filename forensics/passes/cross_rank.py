@@ -2,7 +2,8 @@
 
 Notes:
     A rank's status is read off its findings: `killed` when a PROCESS_KILLED or
-    HOST_OOM finding names it; `crashed` when it has an initiating error; `timed_out`
+    HOST_OOM finding names it; `crashed` when it has an initiating error; `stalled` when
+    hang localization names it (it never reached the collective the others waited in); `timed_out`
     when it shows the cascade (watchdog timeouts, aborts after them); `exited` when it
     only has a non-zero exit with no cause of its own; `healthy` otherwise. Ranks below
     the world size that left no line at all are `missing`: in a hang those are prime
@@ -84,7 +85,8 @@ def rank_table(
     serious = pl.col("severity").is_in(FAILURE_SEVERITIES)
     per_rank_roles = findings.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
         killed=(pl.col("category").is_in(["PROCESS_KILLED", "HOST_OOM"]) & pl.col("role").is_in(FAILURE_ROLES)).any(),
-        failed=((pl.col("role") == "initiating") & serious).any(),
+        failed=((pl.col("role") == "initiating") & serious & ~pl.col("pattern").str.starts_with("HANG")).any(),
+        stalled=((pl.col("role") == "initiating") & pl.col("pattern").str.starts_with("HANG")).any(),
         cascaded=(pl.col("role") == "cascade").any(),
         exited=((pl.col("role") == "symptom") & serious).any(),
     )
@@ -101,6 +103,8 @@ def rank_table(
             .then(pl.lit("killed"))
             .when(pl.col("failed"))
             .then(pl.lit("crashed"))
+            .when(pl.col("stalled"))
+            .then(pl.lit("stalled"))
             .when(pl.col("cascaded"))
             .then(pl.lit("timed_out"))
             .when(pl.col("exited"))
