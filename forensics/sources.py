@@ -14,26 +14,13 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.report.timing_section import render_timing
 from forensics.schema import InputKind
-from forensics.passes.collective_mismatch import odd_rank_out
-from forensics.passes.traceback_context import classify_by_frames, demote_overridden
-from forensics.steps import collectives, gpu, timing, traces
+from forensics.steps import collectives, exceptions, gpu, timing, traces
 from forensics.steps.common import Step
 
 GPU_KINDS = (
     InputKind.NVIDIA_SMI_QUERY, InputKind.NVIDIA_SMI_CSV, InputKind.NVIDIA_SMI_DMON, InputKind.NVIDIA_SMI_TOPO,
     InputKind.KERNEL_LOG,
 )  # fmt: skip
-
-def traceback_context_pass(incident: Incident, progress: Callable[[str], None]) -> None:
-    """Unrecognized exceptions classified by the subsystem their traceback runs through."""
-    context = classify_by_frames(incident.lines, incident.findings)
-    incident.findings = demote_overridden(incident.findings, context, incident.lines)
-    incident.add_findings(context)
-
-
-def collective_mismatch_pass(incident: Incident, progress: Callable[[str], None]) -> None:
-    """The rank its peers' DETAIL fingerprint checks name as running another collective."""
-    incident.add_findings(odd_rank_out(incident.findings))
 
 
 SOURCES: list[Step] = [
@@ -45,8 +32,8 @@ SOURCES: list[Step] = [
 
 PASSES: list[Step] = [
     Step("attribution", collectives.attribution_pass),
-    Step("traceback-context", traceback_context_pass),
-    Step("collective-mismatch", collective_mismatch_pass),
+    Step("traceback-context", exceptions.traceback_context_pass),
+    Step("collective-mismatch", exceptions.collective_mismatch_pass),
     Step("hang", collectives.hang_pass),
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),

@@ -1,0 +1,20 @@
+"""Exception steps over findings and lines: frame context, and DETAIL collective mismatches."""
+
+from __future__ import annotations
+
+from forensics.incident import Incident
+from forensics.passes.collective_mismatch import odd_rank_out
+from forensics.passes.traceback_context import classify_by_frames, demote_overridden
+from forensics.steps.common import Progress
+
+
+def traceback_context_pass(incident: Incident, progress: Progress) -> None:
+    """Unrecognized exceptions classified by the subsystem their traceback runs through."""
+    context = classify_by_frames(incident.lines, incident.findings)
+    incident.findings = demote_overridden(incident.findings, context, incident.lines)
+    incident.add_findings(context)
+
+
+def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:
+    """The rank its peers' DETAIL fingerprint checks name as running another collective."""
+    incident.add_findings(odd_rank_out(incident.findings))
