@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from forensics.incident import Incident
+from forensics.report.gpu_section import render_gpu_section
 from forensics.report.timing_section import render_timing
+from forensics.report.traces_section import render_traces_section
 from forensics.schema import InputKind
 from forensics.steps import collectives, exceptions, gpu, timing, traces
 from forensics.steps.common import Step
@@ -42,8 +44,8 @@ PASSES: list[Step] = [
 
 SECTIONS: list[Callable[[Incident], str | None]] = [
     collectives.render_collectives_section,
-    gpu.render_gpu_section,
-    traces.render_traces_section,
+    render_gpu_section,
+    render_traces_section,
     render_timing,
 ]
 

@@ -13,7 +13,6 @@ from forensics.ingest.kernel_log import GPU_EVENTS, attach_boot_times, parse_ker
 from forensics.ingest.timestamps import infer_year
 from forensics.passes.gpu_health import analyze_gpu_health
 from forensics.report.gpu_figures import render_gpu_figures
-from forensics.report.markup import cell, table, where
 from forensics.schema import InputKind, InputStatus, empty
 from forensics.steps.common import Progress, read_text
 
@@ -80,26 +79,6 @@ def gpu_health_pass(incident: Incident, progress: Progress) -> None:
         metrics=incident.metrics,
     )
     incident.merge_pass(result)
-
-
-def render_gpu_section(incident: Incident) -> str | None:
-    gpu_ranks = incident.tables.get("gpu_ranks")
-    findings = incident.findings.filter(pl.col("pattern").str.starts_with("GPU-") | pl.col("pattern").is_in(["PCIE-AER", "KERN-HOST-OOM"]))
-    if (gpu_ranks is None or gpu_ranks.is_empty()) and findings.is_empty():
-        return None
-    out = ["## GPU health", ""]
-    if not findings.is_empty():
-        rows = [
-            (cell(r["host"]), cell(r["gpu"]), cell(r["pci_bus_id"]), cell(r["rank"]), cell(r["title"]), cell(r["severity"]), where(r["file"], r["line"]))
-            for r in findings.sort([pl.col("time").is_null(), "time"]).head(30).iter_rows(named=True)
-        ]
-        out += [table(["host", "GPU", "PCI", "rank", "finding", "severity", "where"], rows), ""]
-    else:
-        out += ["No GPU health finding in the dumps and kernel logs.", ""]
-    if gpu_ranks is not None and not gpu_ranks.is_empty():
-        rows = [(cell(r["host"]), cell(r["gpu"]), cell(r["pci_bus_id"]), cell(r["rank"]), cell(r["rank_mapping"])) for r in gpu_ranks.head(64).iter_rows(named=True)]
-        out += ["Which rank ran on which GPU:", "", table(["host", "GPU", "PCI", "rank", "how we know"], rows), ""]
-    return "\n".join(out)
 
 
 def draw_gpu_figures(incident: Incident, directory: Path) -> list[Path]:

@@ -10,13 +10,9 @@ from forensics.incident import Incident
 from forensics.ingest.traces import file_statuses, load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.passes.trace_breakdown import breakdown_frame, idle_time_breakdown, kernel_type_breakdown, top_kernels
-from forensics.report.markup import cell, table
 from forensics.report.trace_figures import breakdown_bars, skew_heatmap
 from forensics.schema import InputKind, InputStatus
 from forensics.steps.common import Progress
-
-MAX_TRACE_ROWS = 32
-
 
 def ingest_traces(incident: Incident, progress: Progress) -> None:
     paths = incident.paths_of_kind(InputKind.TRACE)
@@ -40,55 +36,6 @@ def ingest_traces(incident: Incident, progress: Progress) -> None:
     incident.tables["trace_ranks"] = alignment.ranks
     incident.tables["trace_stragglers"] = pl.DataFrame(alignment.stragglers) if alignment.stragglers else pl.DataFrame()
     incident.add_findings(alignment.findings.with_columns(pl.col("file").str.strip_prefix(prefix)))
-
-
-def _number(value: float | None, divisor: float = 1, spec: str = ".2f") -> str:
-    return "—" if value is None else format(value / divisor, spec)
-
-
-def render_traces_section(incident: Incident) -> str | None:
-    breakdown = incident.tables.get("trace_breakdown")
-    if breakdown is None or breakdown.is_empty():
-        return None
-    rows = [
-        (cell(r["rank"]), cell(r["file"]), _number(r["kernel_time_us"], 1000, ".1f"), _number(r["idle_time_pctg"]),
-         _number(r["compute_time_pctg"]), _number(r["non_compute_time_pctg"]), _number(r["comp_comm_overlap_pctg"]))
-        for r in breakdown.sort("rank", nulls_last=True).head(MAX_TRACE_ROWS).iter_rows(named=True)
-    ]
-    out = [
-        "## Profiler traces",
-        "",
-        "GPU time per rank, with Holistic Trace Analysis' definitions (last ProfilerStep dropped):",
-        "",
-        table(["rank", "trace", "kernel time (ms)", "idle %", "compute %", "non-compute %", "comm/comp overlap %"], rows),
-        "",
-    ]
-    kernel_types = incident.tables.get("trace_kernel_types")
-    if kernel_types is not None and not kernel_types.is_empty():
-        rows = [(cell(r["kernel_type"]), _number(r["sum_us"], 1000, ".1f"), _number(r["percentage"], 1, ".1f"))
-                for r in kernel_types.sort("sum_us", descending=True).iter_rows(named=True)]
-        out += ["GPU time by what ran at once, all ranks:", "", table(["kernel types", "time (ms)", "%"], rows), ""]
-    idle = incident.tables.get("trace_idle")
-    if idle is not None and not idle.is_empty():
-        per_rank = idle.group_by("rank", "idle_category").agg(pl.col("idle_time_us").sum()).pivot(
-            "idle_category", index="rank", values="idle_time_us"
-        ).sort("rank", nulls_last=True)
-        kinds = [k for k in ("host_wait", "kernel_wait", "other") if k in per_rank.columns]
-        rows = [(cell(r["rank"]), *(_number(r[k], 1000, ".1f") for k in kinds)) for r in per_rank.head(MAX_TRACE_ROWS).iter_rows(named=True)]
-        out += ["Idle GPU time by cause (ms; host_wait = the CPU launched late):", "", table(["rank", *kinds], rows), ""]
-    top = incident.tables.get("trace_top_kernels")
-    if top is not None and not top.is_empty():
-        rows = [(cell(r["name"], 90), cell(r["kernel_type"]), str(r["count"]), _number(r["sum_us"], 1000, ".1f"), _number(r["pctg"]))
-                for r in top.iter_rows(named=True)]
-        out += ["Top kernels by GPU time:", "", table(["kernel", "type", "count", "time (ms)", "% of kernel time"], rows), ""]
-    ranks = incident.tables.get("trace_ranks")
-    if ranks is not None and not ranks.is_empty() and "wait_caused_us" in ranks.columns:
-        top = ranks.sort("wait_caused_us", descending=True).head(5)
-        rows = [(cell(r["rank"]), _number(r["wait_caused_us"], 1000, ".1f"), cell(r["times_late"]), _number(r["slowdown"]))
-                for r in top.iter_rows(named=True)]
-        out += ["Ranks that made the others wait in collectives (kernel-duration matching across ranks):", "",
-                table(["rank", "waiting caused (ms)", "times late", "slowdown"], rows), ""]
-    return "\n".join(out)
 
 
 def draw_trace_figures(incident: Incident, directory: Path) -> list[Path]:
