@@ -174,3 +174,24 @@ def test_patterns_list_json_is_the_catalog():
 def test_patterns_show_unknown_id_is_exit_2():
     result = run("patterns", "show", "NOPE999")
     assert result.exit_code == 2 and "no pattern" in result.stderr
+
+
+def test_a_failing_step_is_reported_not_fatal(tmp_path, monkeypatch):
+    """A pass that raises on odd input costs its own section, never the postmortem."""
+    from forensics import sources
+    from forensics.steps.common import Step
+
+    def broken(incident, progress):
+        raise ValueError("unexpected shape")
+
+    monkeypatch.setattr(sources, "PASSES", [Step("broken", broken), *sources.PASSES])
+    folder = tmp_path / "incident"
+    folder.mkdir()
+    (folder / "rank_0.log").write_text("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.00 GiB is free.\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["analyze", str(folder), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"]["category"] == "CUDA_OOM"
+    assert verdict["analysis_errors"] == ["broken step failed: ValueError: unexpected shape"]
+    assert "An analysis step failed" in (out / "postmortem.md").read_text()

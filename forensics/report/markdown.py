@@ -184,6 +184,10 @@ def _inputs(analysis: Analysis) -> list[str]:
         for r in inputs.head(200).iter_rows(named=True)
     ]
     out = ["## Inputs", "", f"{inputs.height} files: {summary}.", ""]
+    for error in analysis.incident.step_errors:
+        out += [f"- **An analysis step failed** (the rest of the report stands without it): {cell(error, 300)}"]
+    if analysis.incident.step_errors:
+        out.append("")
     out += [table(["file", "kind", "rank", "status", "lines", "problem"], rows)]
     if inputs.height > 200:
         out.append(f"\n… {inputs.height - 200} more files (all listed in verdict.json).")

@@ -100,6 +100,7 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
         "periodicity": _table_records(analysis, "periodicity"),
         "correlations": _table_records(analysis, "correlations"),
         "unmatched_errors": json.loads(analysis.unmatched.write_json()),
+        "analysis_errors": list(incident.step_errors),
         "inputs": _inputs(analysis),
     }
 
