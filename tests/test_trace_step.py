@@ -50,3 +50,12 @@ def test_trace_straggler_becomes_the_verdict():
 
     verdict = analyze(TRACES).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("STRAGGLER", [2])
+
+
+def test_two_traces_claiming_one_rank_is_a_finding():
+    from forensics.analyze import analyze
+
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "edge" / "duplicate_rank"
+    findings = analyze(folder).incident.findings
+    conflicts = findings.filter(findings["pattern"] == "INPUT002")
+    assert sorted(conflicts["file"].to_list()) == ["a.json", "b.json"]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
-from forensics.incident import Incident
+from forensics.incident import FileStatus, Incident
 from forensics.ingest.traces import file_statuses, load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.passes.trace_breakdown import breakdown_frame, idle_time_breakdown, kernel_type_breakdown, top_kernels
 from forensics.report.trace_figures import breakdown_bars, skew_heatmap
-from forensics.schema import InputKind, InputStatus
+from forensics.schema import FINDINGS, InputKind, InputStatus, conform, empty
 from forensics.steps.common import Progress
 
 def ingest_traces(incident: Incident, progress: Progress) -> None:
@@ -20,7 +21,9 @@ def ingest_traces(incident: Incident, progress: Progress) -> None:
         return
     progress(f"reading {len(paths)} profiler traces")
     loads = load_traces([incident.root / p for p in paths])
-    incident.apply_statuses(file_statuses(loads, incident.root))
+    statuses = file_statuses(loads, incident.root)
+    incident.apply_statuses(statuses)
+    incident.add_findings(rank_claim_conflicts(statuses))
     loads = [t for t in loads if t.status != InputStatus.SKIPPED]
     if not loads:
         return
@@ -49,3 +52,24 @@ def draw_trace_figures(incident: Incident, directory: Path) -> list[Path]:
         if heatmap is not None:
             paths.append(heatmap)
     return paths
+
+
+def rank_claim_conflicts(statuses: list[FileStatus]) -> pl.DataFrame:
+    """One finding per trace whose rank another trace claims too (both are kept, neither wins)."""
+    rows = [
+        {"file": s.path, "text": s.problem, "captures": json.dumps({"problem": s.problem})}
+        for s in statuses
+        if s.problem and "also claimed by" in s.problem
+    ]
+    if not rows:
+        return empty(FINDINGS)
+    return conform(
+        pl.DataFrame(rows).with_columns(
+            pattern=pl.lit("INPUT002"),
+            title=pl.lit("Two profiler traces claim the same rank"),
+            category=pl.lit("UNKNOWN"),
+            severity=pl.lit("warning"),
+            role=pl.lit("event"),
+        ),
+        FINDINGS,
+    )
