@@ -283,6 +283,12 @@ def _cascade_note(findings: pl.DataFrame, culprits: list[int]) -> str:
     return f" {others} other rank{plural} then failed in cascade."
 
 
+# The investigation protocol's priors: what usually fails in each time window of a run.
+EARLY = {Category.ENVIRONMENT, Category.DEVICE_MISMATCH, Category.CHECKPOINT_IO, Category.CUDA_OOM, Category.DATA_PIPELINE}
+AFTER_WARMUP = {Category.NUMERICAL, Category.CUDA_OOM, Category.HOST_OOM, Category.DATA_PIPELINE, Category.CHECKPOINT_IO, Category.STRAGGLER}
+LATE = {Category.HARDWARE, Category.COLLECTIVE_TIMEOUT, Category.NETWORK, Category.PROCESS_KILLED, Category.CUDA_ERROR}
+
+
 def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFrame, ranks: pl.DataFrame, world: int | None) -> list[str]:
     """The investigation protocol's first two questions: when did it fail, and how many ranks."""
     notes = []
@@ -293,11 +299,18 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
         if not first.get("time"):
             notes.append("The failing line has no timestamp; timing uses the last timestamp before it in the same log.")
         if elapsed < 300:
-            notes.append(f"Failed {elapsed:.0f} s after the first log line: early failures point to configuration or environment.")
+            window, prior = f"{elapsed:.0f} s after the first log line", EARLY
+            note = "early failures point to configuration or environment"
         elif elapsed < 3 * 3600:
-            notes.append(f"Failed {elapsed / 60:.0f} min into the run: after warm-up, look at numerics and resources (memory, data).")
+            window, prior = f"{elapsed / 60:.0f} min into the run", AFTER_WARMUP
+            note = "after warm-up, look at numerics and resources (memory, data)"
         else:
-            notes.append(f"Failed {elapsed / 3600:.1f} h into the run: late failures point to hardware or rare races.")
+            window, prior = f"{elapsed / 3600:.1f} h into the run", LATE
+            note = "late failures point to hardware or rare races"
+        known = verdict_category not in (Category.UNKNOWN, Category.NO_FAILURE)
+        if known and verdict_category not in prior:
+            note += f"; here the evidence points to {verdict_category} instead"
+        notes.append(f"Failed {window}: {note}.")
     else:
         notes.append("Time into the run: UNKNOWN (the failing lines carry no timestamps).")
     if not ranks.is_empty():
