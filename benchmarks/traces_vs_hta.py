@@ -43,6 +43,11 @@ try:
     rows = tb.merge(ov, on="rank", how="left").to_dict("records")
     out = {"ok": True, "rows": [{k: (None if v != v else (int(v) if k == "rank" else float(v)))
                                  for k, v in r.items()} for r in rows]}
+    if "--idle" in sys.argv:
+        ranks = sorted(analysis.t.traces.keys())
+        idle = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False)[0]
+        out["idle"] = [{"rank": int(r["rank"]), "stream": int(r["stream"]), "idle_category": r["idle_category"],
+                        "idle_time": float(r["idle_time"])} for r in idle.to_dict("records")]
     if "--kernel-types" in sys.argv:
         kinds = analysis.get_gpu_kernel_breakdown(visualize=False)[0]
         out["kernel_types"] = [{"kernel_type": r["kernel_type"], "sum": int(r["sum"]),
@@ -150,11 +155,17 @@ def run_forensics(paths: list[Path]) -> tuple[dict, float, dict]:
     return _run_child([sys.executable, "-c", FORENSICS_CHILD, *map(str, paths)], env=env)
 
 
+IDLE_SETS = ("param_dlrm_8rank", "hta_sampled_2rank")  # idle time per stream, every rank
+
+
 def record_expected() -> None:
-    """Store HTA's per-rank temporal breakdown + overlap for every set it can analyze."""
+    """Store HTA's per-rank temporal breakdown + overlap (and, for IDLE_SETS, the idle-time
+    breakdown of every rank and stream) for every set it can analyze."""
     expected: dict[str, dict] = {}
-    for name, paths in {**fixture_sets(), **corpus_sets()}.items():
-        answer, wall, _ = run_hta(paths, "--kernel-types")
+    sets = {**fixture_sets(), **corpus_sets()}
+    for name, paths in sets.items():
+        extra = ("--kernel-types", "--idle") if name in IDLE_SETS else ("--kernel-types",)
+        answer, wall, _ = run_hta(paths, *extra)
         root = REPO if name.startswith("fixtures/") else CORPUS
         files = [str(p.relative_to(root)) for p in paths]
         expected[name] = {"root": "repo" if root == REPO else "corpus", "files": files, **answer}

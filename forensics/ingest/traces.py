@@ -137,6 +137,7 @@ class TraceLoad:
     world_size: int | None = None
     pg_config: list[dict] = field(default_factory=list)
     base_time_ns: int | None = None
+    first_event_kept: bool = False  # HTA pairs GPU events that have no launch with traceEvents[0]
     status: str = InputStatus.PARSED
     problem: str | None = None
 
@@ -191,6 +192,7 @@ class _EventStream:
         self.frames: list[pl.DataFrame] = []
         self.decoded = 0
         self.malformed = 0
+        self.first_kept: bool | None = None  # was traceEvents[0] a kept (X, timed) event?
 
     def feed(self, piece: bytes) -> None:
         self.buffer += piece
@@ -204,6 +206,8 @@ class _EventStream:
             self._drain()
 
     def _take(self, events: list[_Event], malformed: int) -> None:
+        if self.first_kept is None and (events or malformed):
+            self.first_kept = bool(events) and not malformed and _kept(events[0])
         self.frames.append(_events_chunk(events))
         self.decoded += len(events)
         self.malformed += malformed
@@ -270,6 +274,10 @@ def _id_column(name: str, values: list) -> pl.Series:
     return pl.Series(name, [None if v is None else str(v) for v in values], pl.String)
 
 
+def _kept(e: _Event) -> bool:
+    return e.ph == "X" and e.dur is not None and e.ts is not None and e.cat not in _DROPPED_CATS
+
+
 def _events_chunk(events: list[_Event]) -> pl.DataFrame:
     """Complete events of one batch -> frame with float `ts`/`dur`.
 
@@ -277,7 +285,7 @@ def _events_chunk(events: list[_Event]) -> pl.DataFrame:
     out of Structs); Polars then types it, so mixed values (a string `pid`, an int past
     int64 in `args`) become strings or nulls instead of errors.
     """
-    xs = [e for e in events if e.ph == "X" and e.dur is not None and e.ts is not None and e.cat not in _DROPPED_CATS]
+    xs = [e for e in events if _kept(e)]
     no_args = _Args()
     args = [e.args or no_args for e in xs]
     arg_columns = {
@@ -373,6 +381,7 @@ def load_trace(path: Path) -> TraceLoad:
         world_size=_as_int(info.world_size),
         pg_config=info.pg_config if isinstance(info.pg_config, list) else [],
         base_time_ns=_as_int(trace.baseTimeNanoseconds),
+        first_event_kept=bool(stream.first_kept),
         status=InputStatus.PARTIAL if problems else InputStatus.PARSED,
         problem="; ".join(problems) or None,
     )

@@ -60,7 +60,7 @@ def combined_events(loads: list[TraceLoad]) -> pl.DataFrame:
         t.events.select(
             pl.lit(i, pl.Int32).alias("trace"),
             pl.lit(t.rank, pl.Int32).alias("rank"),
-            "name", "ts", "end", "stream", "correlation",
+            "cat", "name", "ts", "end", "stream", "correlation",
         )
         for i, t in enumerate(loads)
     ]
@@ -296,38 +296,53 @@ def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAI
 
     host_wait: the launching runtime call started after the previous event on the stream
     ended (the CPU was late); kernel_wait: otherwise, a gap under `kernel_wait_us` (launch
-    overhead); other: the rest.
+    overhead); other: the rest. Like HTA: on the aligned, last-step-filtered trace; a GPU
+    event's launch is the *last* CPU event carrying its correlation id.
     """
-    trace_ids = {i: t for i, t in enumerate(loads)}
-    frames = [
-        t.events.select(pl.lit(i, pl.Int32).alias("trace"), pl.lit(t.rank, pl.Int32).alias("rank"),
-                        "cat", "ts", "end", "stream", "correlation")
-        for i, t in trace_ids.items()
-    ]
     schema = {"rank": pl.Int32, "stream": pl.Int64, "idle_category": pl.String, "idle_time_us": pl.Int64,
               "idle_time_ratio": pl.Float64}
-    if not frames:
+    events = combined_events(loads)
+    if events.is_empty():
         return pl.DataFrame(schema=schema)
-    events = pl.concat(frames)
-    kernels = events.filter(pl.col("stream").fill_null(-1) != -1, pl.col("cat").is_in(_KERNEL_CATS))
+    on_stream = pl.col("stream").fill_null(-1) != -1
+    kernels = events.filter(on_stream, pl.col("cat").is_in(_KERNEL_CATS))
     if kernels.is_empty():
         return pl.DataFrame(schema=schema)
+    # CPU side as HTA defines it: not on a stream and not a device sync event.
     runtime = (
-        events.filter(pl.col("stream").is_null() & pl.col("correlation").is_not_null())
-        .group_by("trace", "correlation")
-        .agg(pl.col("ts").min().alias("ts_runtime"))
+        events.filter(
+            ~on_stream & pl.col("correlation").is_not_null() & (pl.col("correlation") != -1)
+            & ~pl.col("name").fill_null("").is_in(_SYNC_NAMES)
+        )
+        .sort("trace", "ts", maintain_order=True)
+        .group_by("trace", "correlation", maintain_order=True)
+        .agg(pl.col("ts").last().alias("ts_runtime"))
     )
-    prev_end = pl.col("end").shift(1).over("trace", "stream")
-    host_wait = (pl.col("ts_runtime") > prev_end).fill_null(False)
+    host_wait = (pl.col("ts_runtime") > pl.col("prev_end")).fill_null(False)
     category = (
         pl.when(host_wait).then(pl.lit("host_wait"))
-        .when((pl.col("ts") - prev_end < kernel_wait_us).fill_null(False)).then(pl.lit("kernel_wait"))
+        .when((pl.col("gap") < kernel_wait_us).fill_null(False)).then(pl.lit("kernel_wait"))
         .otherwise(pl.lit("other"))
+    )
+    # HTA quirk, kept for parity: a GPU event with no CPU partner gets index_correlation 0
+    # and so takes the timestamp of the file's first event as its "launch" (when kept).
+    origin = min(t.events["ts"].min() for t in loads if not t.events.is_empty())
+    anchors = pl.DataFrame(
+        {
+            "trace": [i for i, t in enumerate(loads) if t.first_event_kept and not t.events.is_empty()],
+            "anchor": [t.events["ts"][0] - origin for t in loads if t.first_event_kept and not t.events.is_empty()],
+        },
+        schema={"trace": pl.Int32, "anchor": pl.Int64},
     )
     return (
         kernels.join(runtime, on=["trace", "correlation"], how="left")
-        .sort("trace", "stream", "ts")
-        .with_columns(category.alias("idle_category"), (pl.col("ts") - prev_end).alias("gap"))
+        .join(anchors, on="trace", how="left")
+        .with_columns(pl.coalesce("ts_runtime", "anchor").alias("ts_runtime"))
+        .sort("trace", "stream", "ts", maintain_order=True)
+        # Materialized before use: evaluated inside when/then, the window saw other rows.
+        .with_columns(pl.col("end").shift(1).over("trace", "stream").alias("prev_end"))
+        .with_columns(gap=pl.col("ts") - pl.col("prev_end"))
+        .with_columns(category.alias("idle_category"))
         .group_by("trace", "rank", "stream", "idle_category")
         .agg(pl.col("gap").sum().alias("idle_time_us"))
         .with_columns(
