@@ -48,6 +48,13 @@ try:
         idle = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False)[0]
         out["idle"] = [{"rank": int(r["rank"]), "stream": int(r["stream"]), "idle_category": r["idle_category"],
                         "idle_time": float(r["idle_time"])} for r in idle.to_dict("records")]
+    if "--kernel-stats" in sys.argv:
+        per_kernel = analysis.get_gpu_kernel_breakdown(visualize=False, num_kernels=100000, duration_ratio=1.0,
+                                                       include_memory_kernels=True)[1]
+        out["kernel_stats"] = [{"kernel_type": r["kernel_type"], "name": r["name"], "rank": int(r["rank"]),
+                                "sum": float(r["sum (us)"]), "max": float(r["max (us)"]), "min": float(r["min (us)"]),
+                                "mean": float(r["mean (us)"]), "std": None if r["stddev"] != r["stddev"] else float(r["stddev"])}
+                               for r in per_kernel.to_dict("records")]
     if "--kernel-types" in sys.argv:
         kinds = analysis.get_gpu_kernel_breakdown(visualize=False)[0]
         out["kernel_types"] = [{"kernel_type": r["kernel_type"], "sum": int(r["sum"]),
@@ -155,16 +162,17 @@ def run_forensics(paths: list[Path]) -> tuple[dict, float, dict]:
     return _run_child([sys.executable, "-c", FORENSICS_CHILD, *map(str, paths)], env=env)
 
 
-IDLE_SETS = ("param_dlrm_8rank", "hta_sampled_2rank")  # idle time per stream, every rank
+# Sets whose idle-time breakdown (every rank and stream) and per-kernel statistics are recorded too.
+DETAIL_SETS = ("param_dlrm_8rank", "hta_sampled_2rank")
 
 
 def record_expected() -> None:
-    """Store HTA's per-rank temporal breakdown + overlap (and, for IDLE_SETS, the idle-time
-    breakdown of every rank and stream) for every set it can analyze."""
+    """Store HTA's per-rank temporal breakdown + overlap (and, for DETAIL_SETS, the idle-time
+    breakdown of every rank and stream and the per-kernel statistics) for every set it can analyze."""
     expected: dict[str, dict] = {}
     sets = {**fixture_sets(), **corpus_sets()}
     for name, paths in sets.items():
-        extra = ("--kernel-types", "--idle") if name in IDLE_SETS else ("--kernel-types",)
+        extra = ("--kernel-types", "--idle", "--kernel-stats") if name in DETAIL_SETS else ("--kernel-types",)
         answer, wall, _ = run_hta(paths, *extra)
         root = REPO if name.startswith("fixtures/") else CORPUS
         files = [str(p.relative_to(root)) for p in paths]

@@ -303,3 +303,19 @@ def test_idle_time_breakdown_matches_hta_on_every_rank_and_stream(name):
     assert ours.keys() == hta.keys()
     for key, value in hta.items():
         assert ours[key] == pytest.approx(value, abs=0.5), key
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if "kernel_stats" in e))
+def test_per_kernel_statistics_match_hta(name):
+    from forensics.passes.trace_breakdown import kernel_stats
+
+    entry = EXPECTED[name]
+    ours = {(r["kernel_type"], r["name"], r["rank"]): r for r in kernel_stats(load_traces(_set_paths(entry))).iter_rows(named=True)}
+    hta = {(r["kernel_type"], r["name"], r["rank"]): r for r in entry["kernel_stats"]}
+    assert ours.keys() == hta.keys()
+    for key, expected in hta.items():
+        mine = ours[key]
+        for field in ("sum", "max", "min", "mean"):
+            assert mine[f"{field}_us"] == pytest.approx(expected[field], abs=0.01), (key, field)
+        # HTA leaves the deviation of a single launch as NaN; ours says 0.
+        assert mine["std_us"] == pytest.approx(expected["std"] if expected["std"] is not None else 0.0, abs=0.01), key
