@@ -157,6 +157,7 @@ def discover(root: Path) -> pl.DataFrame:
                 "lines": None,
                 "status": InputStatus.SKIPPED.value if problem else None,
                 "problem": problem,
+                "cut_mid_line": None,
             }
         )
     return pl.DataFrame(rows, schema=INPUTS) if rows else pl.DataFrame(schema=INPUTS)

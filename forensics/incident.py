@@ -24,6 +24,7 @@ class FileStatus:
     status: str  # InputStatus value
     problem: str | None = None
     lines: int | None = None
+    cut_mid_line: bool | None = None  # text only: the last line has no newline
 
 
 @dataclass
@@ -73,8 +74,9 @@ class Incident:
                 "status": [s.status for s in statuses],
                 "problem": [s.problem for s in statuses],
                 "lines": [s.lines for s in statuses],
+                "cut_mid_line": [s.cut_mid_line for s in statuses],
             },
-            schema={"path": pl.String, "status": pl.String, "problem": pl.String, "lines": pl.Int64},
+            schema={"path": pl.String, "status": pl.String, "problem": pl.String, "lines": pl.Int64, "cut_mid_line": pl.Boolean},
         ).unique("path", keep="last")
         self.inputs = self.inputs.update(update, on="path", how="left", include_nulls=False)
 

@@ -129,6 +129,7 @@ INPUTS: dict[str, pl.DataType] = {
     "lines": pl.Int64,
     "status": pl.String,  # InputStatus
     "problem": pl.String,  # why partial/skipped; null when parsed
+    "cut_mid_line": pl.Boolean,  # a text file whose last line has no newline: the writer stopped mid-line
 }
 
 # One row per physical text line (a line holding tqdm `\r` redraws becomes several

@@ -29,6 +29,7 @@ INTENDED_OVERLAPS = {
     frozenset({"TRUN017", "TRUN018"}),
     frozenset({"NUM001", "NUM007"}),
     frozenset({"NUM004", "NUM006"}),
+    frozenset({"GEN001", "GEN002"}),  # CUDA_ERROR_OUT_OF_MEMORY: the OOM family is the more specific
 }
 
 
@@ -63,15 +64,14 @@ def test_every_role_is_used():
     assert {p.role for p in CATALOG} == {r.value for r in Role}
 
 
-def test_every_literal_occurs_in_every_match_example():
-    missing = [
-        (p.id, lit, example[:60])
-        for p in CATALOG
-        for example in p.match_examples
-        for lit in p.literals
-        if lit not in example
-    ]
+def test_every_match_example_holds_one_of_its_literals():
+    """The prefilter keeps a line when it holds any literal of a pattern: an example without one would be lost."""
+    missing = [(p.id, example[:60]) for p in CATALOG for example in p.match_examples if not any(lit in example for lit in p.literals)]
     assert not missing, missing
+
+
+def test_single_literal_patterns_and_generic_families_both_exist():
+    assert any(p.tier == "generic" for p in CATALOG) and any(p.tier == "specific" for p in CATALOG)
 
 
 def test_every_pattern_explains_itself():

@@ -26,9 +26,20 @@ def test_expected_json_follows_the_contract(path):
     expected = json.loads(path.read_text())
     assert expected["category"] in {c.value for c in Category}
     assert expected["state"] in STATES
+    assert set(expected.get("acceptable_categories", [])) <= {c.value for c in Category}
     ranks = expected.get("culprit_ranks", [])
-    assert isinstance(ranks, list) and all(isinstance(r, int) and r >= 0 for r in ranks)
+    # null: a rank started it, but the artifacts do not say which (not scored)
+    assert ranks is None or (isinstance(ranks, list) and all(isinstance(r, int) and r >= 0 for r in ranks))
     assert all(isinstance(h, str) and h for h in expected.get("culprit_hosts", []))
+
+
+@pytest.mark.parametrize("path", EXPECTED, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_key_evidence_is_verbatim_in_the_incident(path):
+    """Each key_evidence substring is on one line of one of the incident's files."""
+    keys = json.loads(path.read_text()).get("key_evidence", [])
+    texts = [f.read_text(errors="replace") for f in path.parent.iterdir() if f.is_file() and f.name not in ("expected.json", "SOURCE.md")]
+    lines = [line for text in texts for line in text.splitlines()]
+    assert all(any(key in line for line in lines) for key in keys), keys
 
 
 @pytest.mark.parametrize("folder", PUBLIC, ids=lambda p: p.name)
@@ -37,6 +48,16 @@ def test_public_incident_cites_its_thread(folder):
     url = json.loads((folder / "expected.json").read_text())["source"].removeprefix("public: ")
     assert url.startswith("https://github.com/") and url in source
     assert (folder / "console.log").stat().st_size > 0
+
+
+RESERVED = FIXTURES.parent.parent / "shared" / "evaluation" / "reserved-threads.txt"
+
+
+@pytest.mark.skipif(not RESERVED.exists(), reason=f"no reserved-threads list at {RESERVED}")
+def test_no_public_incident_comes_from_a_reserved_thread():
+    reserved = {line.strip().rstrip("/") for line in RESERVED.read_text().splitlines() if line.startswith("http")}
+    used = {f.name: json.loads((f / "expected.json").read_text())["source"].removeprefix("public: ").rstrip("/") for f in PUBLIC}
+    assert not {name: url for name, url in used.items() if url in reserved}
 
 
 def test_public_set_is_broad():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from forensics.schema import Category, Role, Severity
 
+TIERS = ("specific", "generic")
 REQUIRED = ("id", "name", "title", "category", "severity", "role", "literals", "regex", "meaning")
 
 
@@ -39,6 +40,9 @@ class Pattern:
     # The line reports a job-wide quantity (an all-reduced loss, the loss scaler): the
     # rank that happens to print it (rank 0, the last rank) is not a culprit.
     rank_agnostic: bool = False
+    # "specific": a known message. "generic": a family of messages (any `CUDA error: ...`,
+    # any out-of-memory wording) that speaks only for lines no specific pattern explains.
+    tier: str = "specific"
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -79,6 +83,8 @@ def load_pattern(path: Path) -> Pattern:
     examples = data.get("examples", {})
     if not isinstance(data.get("rank_agnostic", False), bool):
         raise CatalogError(f"{path}: 'rank_agnostic' must be true or false")
+    if data.get("tier", "specific") not in TIERS:
+        raise CatalogError(f"{path}: 'tier' must be one of {', '.join(TIERS)}")
     return Pattern(
         id=data["id"],
         name=data["name"],
@@ -96,6 +102,7 @@ def load_pattern(path: Path) -> Pattern:
         match_examples=_strings(examples, "match", path),
         no_match_examples=_strings(examples, "no_match", path),
         rank_agnostic=data.get("rank_agnostic", False),
+        tier=data.get("tier", "specific"),
         path=path,
     )
 

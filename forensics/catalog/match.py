@@ -53,9 +53,21 @@ def match_pattern(candidates: pl.DataFrame, pattern: Pattern) -> pl.DataFrame:
 
 
 def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFrame:
-    """All findings of all patterns over `lines` (needs `text`, `file`, `line`)."""
+    """All findings of all patterns over `lines` (needs `text`, `file`, `line`).
+
+    A generic pattern's finding is dropped on a line that a specific pattern explains
+    (other than as a mere event): the family speaks only for messages the catalog has
+    never seen.
+    """
     candidates = prefilter(lines, patterns)
     if candidates.is_empty():
         return empty(FINDINGS)
-    frames = [match_pattern(candidates, p) for p in patterns]
-    return pl.concat(frames, how="vertical").sort(["file", "line", "pattern"])
+    found = pl.concat([match_pattern(candidates, p) for p in patterns], how="vertical")
+    generic = [p.id for p in patterns if p.tier == "generic"]
+    if generic:
+        is_generic = pl.col("pattern").is_in(generic)
+        explained = found.filter(~is_generic & (pl.col("role") != "event")).select("file", "line").unique()
+        found = pl.concat(
+            [found.filter(~is_generic), found.filter(is_generic).join(explained, on=["file", "line"], how="anti")]
+        )
+    return found.sort(["file", "line", "pattern"])

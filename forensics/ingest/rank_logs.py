@@ -78,7 +78,8 @@ def _file_frame(root: Path, item: TextFile) -> tuple[pl.DataFrame, FileStatus]:
     )
     n_lines = frame.height - (1 if text.endswith("\n") or not text else 0)
     status = InputStatus.PARTIAL if payload.problem else InputStatus.PARSED
-    return frame, FileStatus(item.path, status, "; ".join(problems) or None, n_lines)
+    cut = bool(text.strip()) and not text.endswith("\n") and not payload.problem
+    return frame, FileStatus(item.path, status, "; ".join(problems) or None, n_lines, cut)
 
 
 def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
