@@ -96,7 +96,8 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
 
     progress("deciding the verdict")
     verdict = decide(
-        incident.findings, incident.lines, incident.ranks, unmatched, {p.id: p for p in patterns}, world
+        incident.findings, incident.lines, incident.ranks, unmatched, {p.id: p for p in patterns}, world,
+        incident.tables.get("health"),
     )
     return Analysis(incident, verdict, patterns, world, unmatched)
 

@@ -16,7 +16,7 @@ from forensics.report.gpu_section import render_gpu_section
 from forensics.report.timing_section import render_timing
 from forensics.report.traces_section import render_traces_section
 from forensics.schema import InputKind
-from forensics.steps import collectives, exceptions, gpu, timing, traces
+from forensics.steps import collectives, exceptions, gpu, health, timing, traces
 from forensics.steps.common import Step
 
 GPU_KINDS = (
@@ -40,6 +40,8 @@ PASSES: list[Step] = [
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),
     Step("stragglers", timing.straggler_pass),
+    Step("numerics", health.numerics_pass),
+    Step("health", health.health_pass),  # last: proofs of health weigh every finding before them
 ]
 
 SECTIONS: list[Callable[[Incident], str | None]] = [

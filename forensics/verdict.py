@@ -91,6 +91,10 @@ def _ordered(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _sentence(text: str) -> str:
+    return text.rstrip(". ") + "."
+
+
 def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for row in frame.head(MAX_EVIDENCE).iter_rows(named=True):
@@ -104,6 +108,7 @@ def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
                 "time_after": _iso(row.get("order_time")) if row["time"] is None else None,
                 "text": row["text"],
                 "pattern": row["pattern"],
+                "title": row["title"],
                 "role": row["role"],
             }
         )
@@ -199,7 +204,7 @@ def build_hypotheses(
             Hypothesis(
                 category=category,
                 score=round(min(score, 1.0), 3),
-                summary=f"{_who(ranks, hosts)} {playbook.get('what', 'failed')}.",
+                summary=f"{_who(ranks, hosts)}: {_sentence(first[0]['title'] if first else playbook.get('what', 'failed'))}",
                 culprit_ranks=ranks,
                 culprit_hosts=hosts,
                 culprit_gpus=_gpus(culprit_rows),
@@ -221,18 +226,28 @@ def _corroborates(other: Hypothesis, top: Hypothesis) -> bool:
     return less_specific and set(other.culprit_ranks) <= set(top.culprit_ranks)
 
 
-def _confidence(hypotheses: list[Hypothesis]) -> float:
-    """Top score, discounted by how close the strongest competing hypothesis comes."""
-    top = hypotheses[0].score
-    competitors = [h for h in hypotheses[1:] if not _corroborates(h, hypotheses[0])]
+GENERIC_TIER_FACTOR = 0.85  # a message family, not a known message: less sure of the exact cause
+UNKNOWN_FACTOR = 0.6
+
+
+def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern]) -> float:
+    """Top score, discounted by how close the strongest competing hypothesis comes and by
+    how specific its evidence is (a known message, a message family, or no category)."""
+    top = hypotheses[0]
+    competitors = [h for h in hypotheses[1:] if not _corroborates(h, top)]
     runner_up = competitors[0].score if competitors else 0.0
-    margin = (top - runner_up) / top if top else 0.0
-    return round(min(0.99, top * (0.6 + 0.4 * margin)), 2)
+    margin = (top.score - runner_up) / top.score if top.score else 0.0
+    cited = {e["pattern"] for e in top.evidence}
+    generic = all(pid in patterns and patterns[pid].tier == "generic" for pid in cited)
+    factor = UNKNOWN_FACTOR if top.category == Category.UNKNOWN else (GENERIC_TIER_FACTOR if generic else 1.0)
+    return round(min(0.99, top.score * (0.6 + 0.4 * margin) * factor), 2)
 
 
 EXCEPTION_TEXT = (
     r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b:|\b(?:CUDA|NCCL|cuDNN) error\b|exception: |terminate called"
-    r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code"
+    r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|return code = -?[1-9]|exit status -?[1-9]|exited on signal"
+    r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received SIG[A-Z]+"
+    r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
 )
 
 
@@ -240,23 +255,24 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     """How the job ended, from the evidence rather than the category.
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
-    code or a kill of its own; hung: collectives timed out or a hang was localized
-    while the culprit went quiet, even if the watchdog then aborted everyone;
+    code, a kill or an abort of its own; hung: collectives timed out or a hang was
+    localized while the culprit went quiet, even if the watchdog then aborted everyone;
     diverged: numerics went bad while the processes kept running; slow: nothing died
     and something was slower than it should be; unknown: none of that is evident.
     """
     if category == Category.NO_FAILURE:
         return "healthy"
-    failures = findings.filter(pl.col("role") != "event")
+    failures = findings.filter(pl.col("role") != "event", pl.col("severity") != "info")
+    if failures.is_empty():
+        return "unknown"
+    dying = pl.col("text").str.contains(EXCEPTION_TEXT)
     own_errors = failures.filter(
-        pl.col("role").is_in(["initiating", "symptom"])
-        & (pl.col("category") != Category.COLLECTIVE_TIMEOUT)
-        & pl.col("text").str.contains(EXCEPTION_TEXT)
+        pl.col("role").is_in(["initiating", "symptom"]) & (pl.col("category") != Category.COLLECTIVE_TIMEOUT) & dying
     )
     if culprits:
         own_errors = own_errors.filter(pl.col("rank").is_in(culprits))
     culprit_died = not own_errors.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
-    anyone_died = culprit_died or not failures.filter(pl.col("text").str.contains(EXCEPTION_TEXT)).is_empty()
+    anyone_died = culprit_died or not failures.filter(dying).is_empty()
     timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
     hang_evidence = not failures.filter(timed_out | pl.col("pattern").str.starts_with("HANG")).is_empty()
     if category == Category.NUMERICAL:
@@ -328,6 +344,22 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
     return notes
 
 
+def _weak(hypothesis: Hypothesis, findings: pl.DataFrame) -> bool:
+    """An UNKNOWN hypothesis resting only on warnings (a run that stopped short of its total)."""
+    if hypothesis.category != Category.UNKNOWN:
+        return False
+    cited = {(e["file"], e["line"]) for e in hypothesis.evidence}
+    rows = findings.filter(pl.col("category") == Category.UNKNOWN, pl.col("role") != "event")
+    severities = {sev for f, l, sev in rows.select("file", "line", "severity").iter_rows() if (f, l) in cited}
+    return severities <= {"warning", "info"}
+
+
+def _health_confidence(proofs: pl.DataFrame, doubts: int) -> float:
+    """More independent kinds of proof, more confidence; each weak doubt costs some."""
+    kinds = proofs["kind"].n_unique() if not proofs.is_empty() else 0
+    return round(max(0.3, min(0.95, 0.55 + 0.15 * kinds - 0.1 * doubts)), 2)
+
+
 def decide(
     findings: pl.DataFrame,
     lines: pl.DataFrame,
@@ -335,25 +367,53 @@ def decide(
     unmatched: pl.DataFrame,
     patterns: dict[str, Pattern],
     world: int | None,
+    proofs: pl.DataFrame | None = None,
 ) -> Verdict:
+    """The verdict: the leading hypothesis, or NO_FAILURE on proof of health, else UNKNOWN.
+
+    NO_FAILURE needs a proof of health (passes.health); without one, an incident with no
+    failure evidence is UNKNOWN with state `unknown`. An UNKNOWN hypothesis resting only
+    on warnings never outranks a real category, and yields to a proof of health; any
+    UNKNOWN hypothesis yields to a known category that has initiating or symptom evidence.
+    """
     playbooks = load_playbooks()
+    proofs = proofs if proofs is not None else pl.DataFrame(schema={"kind": pl.String})
     hypotheses = build_hypotheses(findings, lines, patterns, playbooks)
-    if not hypotheses:
+    weak = [h for h in hypotheses if _weak(h, findings)]
+    strong = [h for h in hypotheses if h not in weak]
+    if not strong:
         crashed_lines = unmatched.filter(pl.col("template").str.contains(r"(?:Error|Exception): "))
-        category = Category.UNKNOWN if not crashed_lines.is_empty() else Category.NO_FAILURE
-        if category == Category.UNKNOWN:
+        if crashed_lines.is_empty() and not proofs.is_empty():
+            category, state = Category.NO_FAILURE, "healthy"
+            first = None
+            kinds = ", ".join(sorted(set(proofs["kind"].to_list())))
+            summary = f"No failure evidence, and proof of health ({kinds})."
+            confidence = _health_confidence(proofs, len(weak))
+        elif not crashed_lines.is_empty():
+            category, state = Category.UNKNOWN, "crashed"
             first_row = crashed_lines.sort(["file", "line"]).row(0, named=True)
             first = {"rank": None, "time": None, "file": first_row["file"], "line": first_row["line"], "text": first_row["text"]}
             summary = "The job failed with errors no known signature explains; see the unmatched error lines."
             confidence = 0.3
         else:
-            first, summary, confidence = None, "No failure signature found in the artifacts.", 0.8
+            category, state = Category.UNKNOWN, "unknown"
+            first = {k: weak[0].first[k] for k in ("rank", "time", "time_after", "file", "line", "text")} if weak and weak[0].first else None
+            summary = (
+                weak[0].summary + " No failure signature and no proof that the run ended well."
+                if weak
+                else "No failure signature, but no proof of health either (no completion line, no progress to the end of the logs)."
+            )
+            confidence = 0.3 if weak else 0.2
         playbook = playbooks[category]
         return Verdict(
-            category=category, state=_state(category, ranks, findings, []), summary=summary, confidence=confidence,
-            culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=[],
+            category=category, state=state, summary=summary, confidence=confidence,
+            culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=hypotheses,
             whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
-        )
+        )  # fmt: skip
+    explained = any(h.category != Category.UNKNOWN and {"initiating", "symptom"} & set(h.roles) for h in strong)
+    if explained:  # a known failure explains the bare exits and unrecognized errors next to it
+        strong = sorted(strong, key=lambda h: h.category == Category.UNKNOWN)
+    hypotheses = strong + weak
     top = hypotheses[0]
     playbook = playbooks.get(top.category, {})
     first = None
@@ -364,7 +424,7 @@ def decide(
         category=top.category,
         state=_state(top.category, ranks, findings, top.culprit_ranks),
         summary=summary,
-        confidence=_confidence(hypotheses),
+        confidence=_confidence(hypotheses, patterns),
         culprit_ranks=top.culprit_ranks,
         culprit_hosts=top.culprit_hosts,
         culprit_gpus=top.culprit_gpus,
@@ -374,4 +434,3 @@ def decide(
         checklist=playbook.get("checklist", []),
         triage=triage(top.category, first, lines, ranks, world),
     )
-

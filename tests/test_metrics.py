@@ -93,7 +93,6 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
     [
         "[rank0]:[titan] 2025-03-12 11:10:21,603 - root - WARNING - Dataset c4_test is being re-looped",
         "{'train_runtime': 326.3445, 'train_samples_per_second': 4.903, 'train_steps_per_second': 1.226, 'train_loss': 0.3935928952693939, 'epoch': 10.0}",
-        "[2023-11-07 01:55:08,040] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8192.0, reducing to 4096.0",
         "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
     ],
 )
@@ -126,3 +125,17 @@ def test_thousands_separator_in_a_value():
 
 def test_empty_input():
     assert extract_metrics(lines_frame([])).is_empty()
+
+
+@pytest.mark.parametrize(
+    ("text", "scale"),
+    [
+        ("[2023-11-07 01:55:08,040] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8192.0, reducing to 4096.0", 4096.0),
+        ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 2.0", 2.0),
+        ("NOTE: overflow detected, setting loss scale to: 0.000244140625", 0.000244140625),
+    ],
+)
+def test_loss_scale_changes_are_metric_rows(text, scale):
+    """fp16 overflow notes (DeepSpeed, apex, fairseq) carry the new loss scale and nothing else."""
+    row = extract_metrics(lines_frame([text])).row(0, named=True)
+    assert row["loss_scale"] == scale and row["step"] is None and row["loss"] is None

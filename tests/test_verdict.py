@@ -10,6 +10,7 @@ from forensics.ingest.metrics import extract_metrics
 from forensics.passes.cross_rank import rank_table
 from forensics.passes.templates import unmatched_error_templates
 from forensics.schema import LINES, Category, conform
+from forensics.passes.health import health_proofs
 from forensics.verdict import decide
 from tests.conftest import findings_frame
 
@@ -39,7 +40,8 @@ def verdict_of(rows: list[dict], lines: pl.DataFrame | None = None):
     world = None
     ranks = rank_table(lines, findings, extract_metrics(lines), world)
     unmatched = unmatched_error_templates(lines, findings)
-    return decide(findings, lines, ranks, unmatched, {}, world)
+    proofs = health_proofs(lines, extract_metrics(lines), findings)
+    return decide(findings, lines, ranks, unmatched, {}, world, proofs)
 
 
 def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
@@ -117,14 +119,30 @@ def test_nothing_is_no_failure():
         LINES,
     )
     v = verdict_of([], lines)
-    assert v.category == Category.NO_FAILURE
+    assert v.category == Category.NO_FAILURE  # both ranks' streams still log metrics at their end
     assert v.state == "healthy"
     assert v.first_failure is None and v.hypotheses == []
 
 
-def test_events_and_info_findings_are_not_failures():
+def test_events_and_info_findings_are_not_failures_nor_proof_of_health():
     saved = finding("CKPT_SAVED", "CHECKPOINT_IO", "event", "rank_0.log", 5, 0, T0, "Saved checkpoint to /ckpt/step_100", severity="info")
-    assert verdict_of([saved]).category == Category.NO_FAILURE
+    v = verdict_of([saved])
+    assert v.hypotheses == []
+    assert (v.category, v.state) == (Category.UNKNOWN, "unknown")
+
+
+def test_a_completion_line_is_proof_of_health():
+    done = finding("OK001", "NO_FAILURE", "event", "rank_0.log", 9, 0, T0, "[default0]:2026-11-21 19:59:31,420 INFO [rank0] training finished after 30 steps", severity="info")
+    v = verdict_of([done])
+    assert (v.category, v.state) == (Category.NO_FAILURE, "healthy")
+    assert "completion" in v.summary
+
+
+def test_no_evidence_either_way_is_unknown_not_healthy():
+    lines = conform(pl.DataFrame({"file": "rank_0.log", "line": [1, 2], "rank": 0, "text": ["loading model", "building dataset"]}), LINES)
+    v = verdict_of([], lines)
+    assert (v.category, v.state) == (Category.UNKNOWN, "unknown")
+    assert v.confidence < 0.5
 
 
 def test_unmatched_error_only_is_unknown_and_cites_it():
@@ -141,7 +159,7 @@ def test_unmatched_error_only_is_unknown_and_cites_it():
     )
     v = verdict_of([], lines)
     assert v.category == Category.UNKNOWN
-    assert v.state == "unknown"
+    assert v.state == "crashed"  # the program ended on that exception
     assert (v.first_failure["file"], v.first_failure["line"]) == ("rank_1.log", 3)
 
 

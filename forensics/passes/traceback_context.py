@@ -45,6 +45,20 @@ CONTEXTS = [
         r"torch/utils/data/|in _worker_loop\b",
         frozenset(),
     ),
+    (
+        "CTX004",
+        "ENVIRONMENT",
+        "Exception raised while setting up the process group or rendezvous",
+        r"torch/distributed/elastic/rendezvous/|torch/distributed/rendezvous\.py|in init_process_group\b|in _create_c10d_store\b",
+        frozenset(),
+    ),
+    (
+        "CTX005",
+        "ENVIRONMENT",
+        "Exception raised while building or loading a compiled extension",
+        r"torch/utils/cpp_extension\.py|deepspeed/ops/op_builder/|in _jit_compile\b|in load_extension\b",
+        frozenset(),
+    ),
 ]
 
 
@@ -94,6 +108,40 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
         hits.append(found)
     result = pl.concat(hits).collect().unique(["file", "line"], keep="first", maintain_order=True)
     return conform(result, FINDINGS)
+
+
+def uncaught_exceptions(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+    """EXC001 findings: the last exception line of each traceback that no finding explains.
+
+    Tier 4 of the evidence: a program died of something nobody recognized. It says that
+    a rank failed and where (UNKNOWN, symptom), so the verdict is never "healthy".
+    """
+    if lines.is_empty():
+        return empty(FINDINGS)
+    stream = ["file", "block", "rank"]
+    blocks = (
+        lines.lazy()
+        .filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True) | pl.col("text").str.contains(FRAME))
+        .select(stream)
+        .unique()
+    )
+    scoped = lines.lazy().join(blocks, on=stream, how="semi", nulls_equal=True)
+    last = (
+        scoped.filter(pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME))
+        .sort("line")
+        .group_by(stream, maintain_order=True)
+        .last()
+        .join(findings.lazy().select("file", "line").unique(), on=["file", "line"], how="anti")
+        .with_columns(
+            pattern=pl.lit("EXC001"),
+            title=pl.lit("Uncaught exception that no known signature explains"),
+            category=pl.lit("UNKNOWN"),
+            severity=pl.lit("error"),
+            role=pl.lit("symptom"),
+        )
+        .collect()
+    )
+    return conform(last, FINDINGS)
 
 
 def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:

@@ -1,10 +1,10 @@
-"""Exception steps over findings and lines: frame context, and DETAIL collective mismatches."""
+"""Exception steps over findings and lines: frame context, uncaught exceptions, DETAIL collective mismatches."""
 
 from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
-from forensics.passes.traceback_context import classify_by_frames, demote_overridden
+from forensics.passes.traceback_context import classify_by_frames, demote_overridden, uncaught_exceptions
 from forensics.steps.common import Progress
 
 
@@ -13,6 +13,7 @@ def traceback_context_pass(incident: Incident, progress: Progress) -> None:
     context = classify_by_frames(incident.lines, incident.findings)
     incident.findings = demote_overridden(incident.findings, context, incident.lines)
     incident.add_findings(context)
+    incident.add_findings(uncaught_exceptions(incident.lines, incident.findings))
 
 
 def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:

@@ -1,0 +1,108 @@
+"""Proof that a run was healthy, and the signs that it stopped without saying why.
+
+Notes:
+    NO_FAILURE needs positive proof (DESIGN: "health needs proof"). `health_proofs`
+    returns one row per proof, each citing a line:
+    - completion: a catalog event of category NO_FAILURE (a framework's "training
+      finished", torchrun's SUCCEEDED worker group, a launcher's exit 0);
+    - last_step: a progress line `N/M` (Megatron `iteration N/ M`, `step N/M`) carrying
+      training metrics, whose N reached M;
+    - progressing: every stream (file, rank) that logs training metrics still logs them
+      in its last PROGRESS_TAIL lines, and no stream was cut mid-line or stopped short of
+      the total it announced. A pasted excerpt of a live, healthy run proves this much.
+    `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
+    without a word:
+    - STOP001 a text file whose last line has no newline: its writer died mid-line;
+    - STOP002 a stream whose last progress line announces N of M with N < M and no
+      completion line follows: the run stopped mid-way. Weak (severity warning): a
+      pasted excerpt of a live run looks the same, so it blocks a healthy verdict but
+      never outranks a real error.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.schema import FINDINGS, Category, conform, empty
+
+PROGRESS_TAIL = 5
+# `iteration 120/ 5000`, `step 120/5000`, `iter [120/5000]`: the step and the announced total.
+PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
+PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
+STREAM = ["file", "rank"]
+
+
+def _progress(lines: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """Metric lines that announce `N/M`, with N and M."""
+    metric_lines = metrics.select("file", "line").unique()
+    return (
+        lines.join(metric_lines, on=["file", "line"], how="semi")
+        .with_columns(pl.col("text").str.extract_groups(PROGRESS_TOTAL).alias("_nm"))
+        .with_columns(
+            step=pl.col("_nm").struct.field("1").cast(pl.Int64, strict=False),
+            total=pl.col("_nm").struct.field("2").cast(pl.Int64, strict=False),
+        )
+        .filter(pl.col("total").is_not_null() & (pl.col("total") > 0))
+        .select("file", "line", "rank", "text", "step", "total")
+    )
+
+
+def _last_progress(progress: pl.DataFrame) -> pl.DataFrame:
+    return progress.sort("line").group_by(STREAM, maintain_order=True).last()
+
+
+def abrupt_stops(inputs: pl.DataFrame, lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+    """STOP001/STOP002 findings: a file cut mid-line, a run stopped short of its announced total."""
+    if lines.is_empty():
+        return empty(FINDINGS)
+    cut_files = inputs.filter(pl.col("cut_mid_line").fill_null(False))["path"].to_list()
+    cut = (
+        lines.filter(pl.col("file").is_in(cut_files))
+        .sort("line")
+        .group_by("file", maintain_order=True)
+        .last()
+        .with_columns(
+            pattern=pl.lit("STOP001"),
+            title=pl.lit("The log ends in the middle of a line: its writer stopped abruptly"),
+            severity=pl.lit("error"),
+        )
+    )
+    completions = findings.filter(pl.col("category") == Category.NO_FAILURE)
+    short = _last_progress(_progress(lines, metrics)).filter(pl.col("step") < pl.col("total"))
+    if not completions.is_empty():
+        done_after = short.join(completions.select("file", done_line="line"), on="file", how="inner").filter(
+            pl.col("done_line") > pl.col("line")
+        )
+        short = short.join(done_after.select(STREAM).unique(), on=STREAM, how="anti", nulls_equal=True)
+    stopped = short.with_columns(
+        pattern=pl.lit("STOP002"),
+        title=pl.lit("The run's last progress line is short of the total it announced"),
+        severity=pl.lit("warning"),
+        captures=pl.struct("step", "total").struct.json_encode(),
+    )
+    found = pl.concat([conform(cut, FINDINGS), conform(stopped, FINDINGS)])
+    return found.with_columns(category=pl.lit(Category.UNKNOWN.value), role=pl.lit("symptom"))
+
+
+def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+    """One row per proof of health: (kind, file, line, rank, text)."""
+    completion = findings.filter(pl.col("category") == Category.NO_FAILURE).with_columns(kind=pl.lit("completion"))
+    proofs = [conform(completion, PROOFS)]
+    if lines.is_empty() or metrics.is_empty():
+        return pl.concat(proofs)
+    last = _last_progress(_progress(lines, metrics))
+    proofs.append(conform(last.filter(pl.col("step") >= pl.col("total")).with_columns(kind=pl.lit("last_step")), PROOFS))
+
+    stopped = findings.filter(pl.col("pattern").is_in(["STOP001", "STOP002"]))
+    tails = lines.sort("line").group_by(STREAM, maintain_order=True).tail(PROGRESS_TAIL)
+    metric_streams = metrics.select(STREAM).unique()
+    tail_metrics = tails.join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
+    ending_with_metrics = tail_metrics.select(STREAM).unique()
+    all_progress = (
+        not metric_streams.is_empty()
+        and metric_streams.join(ending_with_metrics, on=STREAM, how="anti", nulls_equal=True).is_empty()
+    )
+    if all_progress and stopped.is_empty():
+        closing = tail_metrics.sort("line").group_by(STREAM, maintain_order=True).last().with_columns(kind=pl.lit("progressing"))
+        proofs.append(conform(closing, PROOFS))
+    return pl.concat(proofs).sort(["kind", "file", "line"])

@@ -1,0 +1,19 @@
+"""Health and numerics steps: metrics that went bad, runs that stopped silently, proof of health."""
+
+from __future__ import annotations
+
+from forensics.incident import Incident
+from forensics.passes.health import abrupt_stops, health_proofs
+from forensics.passes.numerics import numerical_findings
+from forensics.steps.common import Progress
+
+
+def numerics_pass(incident: Incident, progress: Progress) -> None:
+    """NaN/Inf losses and a collapsed loss scale, read from the metrics frame."""
+    incident.add_findings(numerical_findings(incident.metrics, incident.lines))
+
+
+def health_pass(incident: Incident, progress: Progress) -> None:
+    """Abrupt stops as findings; proofs of health as the `health` table the verdict needs."""
+    incident.add_findings(abrupt_stops(incident.inputs, incident.lines, incident.metrics, incident.findings))
+    incident.tables["health"] = health_proofs(incident.lines, incident.metrics, incident.findings)
