@@ -354,6 +354,10 @@ def _weak(hypothesis: Hypothesis, findings: pl.DataFrame) -> bool:
     return severities <= {"warning", "info"}
 
 
+def _only_cut_tracebacks(hypothesis: Hypothesis) -> bool:
+    return all(e["pattern"] == "EXC002" for e in hypothesis.evidence)
+
+
 def _health_confidence(proofs: pl.DataFrame, doubts: int) -> float:
     """More independent kinds of proof, more confidence; each weak doubt costs some."""
     kinds = proofs["kind"].n_unique() if not proofs.is_empty() else 0
@@ -411,8 +415,9 @@ def decide(
             whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
         )  # fmt: skip
     explained = any(h.category != Category.UNKNOWN and {"initiating", "symptom"} & set(h.roles) for h in strong)
-    if explained:  # a known failure explains the bare exits and unrecognized errors next to it
-        strong = sorted(strong, key=lambda h: h.category == Category.UNKNOWN)
+    # A known failure explains the bare exits and unrecognized errors next to it; a traceback
+    # cut before its exception line (EXC002) says less than any known message.
+    strong = sorted(strong, key=lambda h: h.category == Category.UNKNOWN and (explained or _only_cut_tracebacks(h)))
     hypotheses = strong + weak
     top = hypotheses[0]
     playbook = playbooks.get(top.category, {})

@@ -13,10 +13,11 @@ Notes:
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
     without a word:
     - STOP001 a text file whose last line has no newline: its writer died mid-line;
-    - STOP002 a stream whose last progress line announces N of M with N < M and no
-      completion line follows: the run stopped mid-way. Weak (severity warning): a
-      pasted excerpt of a live run looks the same, so it blocks a healthy verdict but
-      never outranks a real error.
+    - STOP002 a stream whose last progress line announces N of M with N < M, after which
+      the stream no longer steps (no metric line in its last PROGRESS_TAIL lines) and
+      no completion line follows: the run stopped mid-way. A stream still stepping at
+      its end is a live run's excerpt, not a stop. Weak (severity warning): never
+      outranks a real error.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def _progress(lines: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _tails(lines: pl.DataFrame) -> pl.DataFrame:
+    """The last PROGRESS_TAIL lines of every stream."""
+    return lines.sort("line").group_by(STREAM, maintain_order=True).tail(PROGRESS_TAIL)
+
+
 def _last_progress(progress: pl.DataFrame) -> pl.DataFrame:
     return progress.sort("line").group_by(STREAM, maintain_order=True).last()
 
@@ -68,7 +74,12 @@ def abrupt_stops(inputs: pl.DataFrame, lines: pl.DataFrame, metrics: pl.DataFram
         )
     )
     completions = findings.filter(pl.col("category") == Category.NO_FAILURE)
-    short = _last_progress(_progress(lines, metrics)).filter(pl.col("step") < pl.col("total"))
+    still_stepping = _tails(lines).join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
+    short = (
+        _last_progress(_progress(lines, metrics))
+        .filter(pl.col("step") < pl.col("total"))
+        .join(still_stepping.select(STREAM).unique(), on=STREAM, how="anti", nulls_equal=True)
+    )
     if not completions.is_empty():
         done_after = short.join(completions.select("file", done_line="line"), on="file", how="inner").filter(
             pl.col("done_line") > pl.col("line")
@@ -94,9 +105,8 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
     proofs.append(conform(last.filter(pl.col("step") >= pl.col("total")).with_columns(kind=pl.lit("last_step")), PROOFS))
 
     stopped = findings.filter(pl.col("pattern").is_in(["STOP001", "STOP002"]))
-    tails = lines.sort("line").group_by(STREAM, maintain_order=True).tail(PROGRESS_TAIL)
     metric_streams = metrics.select(STREAM).unique()
-    tail_metrics = tails.join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
+    tail_metrics = _tails(lines).join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
     ending_with_metrics = tail_metrics.select(STREAM).unique()
     all_progress = (
         not metric_streams.is_empty()

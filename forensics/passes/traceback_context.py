@@ -11,6 +11,8 @@ Notes:
     pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
     device` raised from a multiprocessing SemLock is /dev/shm, not checkpoint storage.
     The generic finding is then demoted to a symptom (`demote_overridden`).
+    A traceback that the log cuts off before its exception line (a pasted excerpt, a
+    process killed mid-print) is judged by its frames the same way, citing its last line.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ CONTEXTS = [
         "CTX001",
         "CHECKPOINT_IO",
         "Exception raised inside checkpoint save/load code",
-        r"torch/serialization\.py|torch/distributed/checkpoint/|safetensors|in (?:save|load)_checkpoint\b|in _save\b",
+        r"torch/serialization\.py|torch/distributed/checkpoint/|safetensors|in _{0,2}(?:save|load)_(?:zero_)?checkpoint\b|in _save\b",
         frozenset(),
     ),
     (
@@ -62,22 +64,42 @@ CONTEXTS = [
 ]
 
 
-def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
-    """Findings for unexplained exception lines whose traceback frames reveal the subsystem."""
-    if lines.is_empty():
-        return empty(FINDINGS)
-    stream = ["file", "block", "rank"]
-    traceback_blocks = (
+STREAM = ["file", "block", "rank"]
+
+
+def _tracebacks(lines: pl.DataFrame) -> pl.LazyFrame:
+    """The lines of every Python traceback block (one whose header was cut off included)."""
+    blocks = (
         lines.lazy()
-        .filter(
-            pl.col("text").str.contains("Traceback (most recent call last)", literal=True)
-            | pl.col("text").str.contains(FRAME)  # a traceback whose header was cut off
-        )
-        .select(stream)
+        .filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True) | pl.col("text").str.contains(FRAME))
+        .select(STREAM)
         .unique()
     )
-    scoped = lines.lazy().join(traceback_blocks, on=stream, how="semi", nulls_equal=True)
-    candidates = scoped.filter(pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME))
+    return lines.lazy().join(blocks, on=STREAM, how="semi", nulls_equal=True)
+
+
+def _endings(scoped: pl.LazyFrame) -> pl.LazyFrame:
+    """Each traceback's last exception line, or its last line when the log cuts it after some
+    frames but before an exception line (`cut`); a lone header with no frame says too little."""
+    is_exception = pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME)
+    exceptions = scoped.filter(is_exception).sort("line").group_by(STREAM, maintain_order=True).last()
+    with_frames = scoped.filter(pl.col("text").str.contains(FRAME)).select(STREAM).unique()
+    cut = (
+        scoped.join(with_frames, on=STREAM, how="semi", nulls_equal=True)
+        .sort("line")
+        .group_by(STREAM, maintain_order=True)
+        .last()
+        .join(exceptions.select(STREAM), on=STREAM, how="anti", nulls_equal=True)
+    )
+    return pl.concat([exceptions.with_columns(cut=pl.lit(False)), cut.with_columns(cut=pl.lit(True))])
+
+
+def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+    """Findings for unexplained tracebacks whose frames reveal the subsystem they ended in."""
+    if lines.is_empty():
+        return empty(FINDINGS)
+    scoped = _tracebacks(lines)
+    endings = _endings(scoped)
     frames = scoped.filter(pl.col("text").str.contains(FRAME))
     hits = []
     for pattern, category, title, where, overrides in CONTEXTS:
@@ -86,24 +108,19 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
         explained = findings.filter(
             (pl.col("category") != "UNKNOWN") & ~pl.col("pattern").is_in(list(overrides))
         ).select("file", "line").unique()
-        exceptions = (
-            candidates.join(explained.lazy(), on=["file", "line"], how="anti")
-            .sort("line")
-            .group_by(stream, maintain_order=True)
-            .last()  # the final exception of the traceback is the one that ended the program
-        )
+        unexplained = endings.join(explained.lazy(), on=["file", "line"], how="anti")
         deciding = (
             frames.filter(pl.col("text").str.contains(where))
-            .group_by(stream)
+            .group_by(STREAM)
             .agg(frame=pl.col("text").last(), frame_line=pl.col("line").last())
         )
-        found = exceptions.join(deciding, on=stream, how="inner", nulls_equal=True).with_columns(
+        found = unexplained.join(deciding, on=STREAM, how="inner", nulls_equal=True).with_columns(
             pattern=pl.lit(pattern),
             title=pl.lit(title),
             category=pl.lit(category),
             severity=pl.lit("error"),
             role=pl.lit("initiating"),
-            captures=pl.struct("frame", "frame_line").struct.json_encode(),
+            captures=pl.struct("frame", "frame_line", "cut").struct.json_encode(),
         )
         hits.append(found)
     result = pl.concat(hits).collect().unique(["file", "line"], keep="first", maintain_order=True)
@@ -111,37 +128,29 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
 
 
 def uncaught_exceptions(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
-    """EXC001 findings: the last exception line of each traceback that no finding explains.
+    """EXC001/EXC002: the end of each traceback that no finding explains.
 
-    Tier 4 of the evidence: a program died of something nobody recognized. It says that
-    a rank failed and where (UNKNOWN, symptom), so the verdict is never "healthy".
+    Tier 4 of the evidence: a program died of something nobody recognized (EXC001, its
+    exception line), or the log stops inside its traceback (EXC002, the last line shown).
+    Either says that a rank failed and where (UNKNOWN, symptom): never "healthy".
     """
     if lines.is_empty():
         return empty(FINDINGS)
-    stream = ["file", "block", "rank"]
-    blocks = (
-        lines.lazy()
-        .filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True) | pl.col("text").str.contains(FRAME))
-        .select(stream)
-        .unique()
-    )
-    scoped = lines.lazy().join(blocks, on=stream, how="semi", nulls_equal=True)
-    last = (
-        scoped.filter(pl.col("text").str.contains(EXCEPTION_LINE) & ~pl.col("text").str.contains(FRAME))
-        .sort("line")
-        .group_by(stream, maintain_order=True)
-        .last()
+    endings = (
+        _endings(_tracebacks(lines))
         .join(findings.lazy().select("file", "line").unique(), on=["file", "line"], how="anti")
         .with_columns(
-            pattern=pl.lit("EXC001"),
-            title=pl.lit("Uncaught exception that no known signature explains"),
+            pattern=pl.when(pl.col("cut")).then(pl.lit("EXC002")).otherwise(pl.lit("EXC001")),
+            title=pl.when(pl.col("cut"))
+            .then(pl.lit("Traceback cut off before its exception line"))
+            .otherwise(pl.lit("Uncaught exception that no known signature explains")),
             category=pl.lit("UNKNOWN"),
             severity=pl.lit("error"),
             role=pl.lit("symptom"),
         )
         .collect()
     )
-    return conform(last, FINDINGS)
+    return conform(endings, FINDINGS)
 
 
 def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
