@@ -1,0 +1,114 @@
+"""Health needs proof; numerics from the metrics; tracebacks nobody recognizes. Real lines from public logs."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from forensics.analyze import analyze
+from forensics.ingest.metrics import extract_metrics
+from forensics.passes.health import abrupt_stops, health_proofs
+from forensics.passes.numerics import numerical_findings
+from forensics.passes.traceback_context import classify_by_frames, uncaught_exceptions
+from forensics.schema import FINDINGS, INPUTS
+from tests.conftest import lines_frame
+
+NANOGPT = [  # karpathy/nanoGPT#110: a healthy 8-GPU run, excerpt ends while it steps
+    "iter 1639: loss 3.9185, time 562.66ms",
+    "iter 1640: loss 3.6782, time 562.18ms",
+    "iter 1641: loss 3.9748, time 567.31ms",
+]
+MEGATRON_STOPPED = [  # Megatron iteration lines, then something else, and no more steps
+    " iteration       10/ 1000000 | consumed samples:           40 | elapsed time per iteration (ms): 356.2 | learning rate: 0.000E+00 |",
+    "saving checkpoint at iteration      10 to /ckpt",
+    "  successfully saved checkpoint at iteration      10 to /ckpt",
+    "[before the start of training step] datetime: 2022-10-31 08:35:51 ",
+    "some other output",
+    "more output",
+    "the last line",
+]
+NO_FINDINGS = pl.DataFrame(schema=FINDINGS)
+
+
+def _inputs(path: str, cut: bool) -> pl.DataFrame:
+    return pl.DataFrame([{"path": path, "kind": "console_log", "cut_mid_line": cut}], schema=INPUTS)
+
+
+def test_a_run_still_stepping_at_the_end_of_its_log_is_proof_of_progress():
+    lines = lines_frame(NANOGPT)
+    proofs = health_proofs(lines, extract_metrics(lines), NO_FINDINGS)
+    assert proofs["kind"].to_list() == ["progressing"]
+    assert proofs["line"].to_list() == [3]
+
+
+def test_a_log_cut_mid_line_is_an_abrupt_stop_and_no_proof():
+    lines = lines_frame(NANOGPT)
+    stops = abrupt_stops(_inputs("rank_0.log", cut=True), lines, extract_metrics(lines), NO_FINDINGS)
+    assert stops["pattern"].to_list() == ["STOP001"] and stops["line"].to_list() == [3]
+    assert health_proofs(lines, extract_metrics(lines), stops).is_empty()
+
+
+def test_a_run_that_stops_stepping_short_of_its_total_is_flagged_weakly():
+    lines = lines_frame(MEGATRON_STOPPED)
+    stops = abrupt_stops(_inputs("rank_0.log", cut=False), lines, extract_metrics(lines), NO_FINDINGS)
+    assert stops.select("pattern", "line", "severity").rows() == [("STOP002", 1, "warning")]
+    assert json.loads(stops["captures"][0]) == {"step": 10, "total": 1000000}
+
+
+def test_nan_loss_for_many_steps_is_numerical_from_its_first_line():
+    # lion-pytorch#9 style: loss explodes, then is nan every epoch while training goes on
+    lines = lines_frame(["E5 iter[ 14/ 15] | [Loss] 51566519.44", "E6 iter[ 14/ 15] | [Loss] nan | [exp] ./exp/0125/car", "E7 iter[ 14/ 15] | [Loss] nan"])
+    found = numerical_findings(extract_metrics(lines), lines)
+    assert found.select("pattern", "line", "category", "role").rows() == [("METRIC001", 2, "NUMERICAL", "initiating")]
+    assert found["rank"].to_list() == [None]  # one rank logs an all-reduced loss: no culprit
+
+
+def test_loss_scale_collapse_is_numerical_and_a_stable_scale_is_not():
+    collapsing = lines_frame(
+        [
+            "[2023-11-07 01:55:08,040] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 65536.0, reducing to 32768.0",
+            "NOTE: overflow detected, setting loss scale to: 0.000244140625",
+        ]
+    )
+    assert numerical_findings(extract_metrics(collapsing), collapsing)["pattern"].to_list() == ["METRIC002"]
+    stable = lines_frame(["[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 65536.0, reducing to 32768.0"])
+    assert numerical_findings(extract_metrics(stable), stable).is_empty()
+
+
+CUT_TRACEBACK = [  # deepspeedai/DeepSpeed#7650: the excerpt ends inside save_checkpoint's traceback
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "/home/yanzhen/miniconda3/envs/deepspeed/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 3505, in save_checkpoint',
+    "[rank0]:     self._save_zero_checkpoint(save_dir, tag)",
+    '[rank0]:   File "/home/yanzhen/miniconda3/envs/deepspeed/lib/python3.10/site-packages/deepspeed/runtime/zero/stage_1_and_2.py", line 2335, in state_dict',
+    "[rank0]:     state_dict[BASE_OPTIMIZER_STATE] = self._get_base_optimizer_state()",
+]
+
+
+def test_a_traceback_cut_before_its_exception_is_judged_by_its_frames(incident):
+    folder = incident({"console.log": "\n".join(CUT_TRACEBACK) + "\n"})
+    verdict = analyze(folder).verdict
+    assert verdict.category == "CHECKPOINT_IO"
+    assert verdict.first_failure["line"] == 5
+
+
+def test_unrecognized_and_cut_tracebacks_are_failure_evidence(incident):
+    keyerror = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "train.py", line 3, in <module>', "[rank1]: KeyError: 'labels'"]
+    lines = lines_frame(keyerror, rank=1)
+    assert classify_by_frames(lines, NO_FINDINGS).is_empty()
+    found = uncaught_exceptions(lines, NO_FINDINGS)
+    assert found.select("pattern", "line", "category", "role").rows() == [("EXC001", 3, "UNKNOWN", "symptom")]
+    cut = lines_frame(keyerror[:2], rank=1)
+    assert uncaught_exceptions(cut, NO_FINDINGS)["pattern"].to_list() == ["EXC002"]
+    lone_header = lines_frame(keyerror[:1], rank=1)
+    assert uncaught_exceptions(lone_header, NO_FINDINGS).is_empty()
+
+
+def test_no_evidence_either_way_is_unknown_and_a_completion_line_is_healthy(incident):
+    unknown = analyze(incident({"console.log": "loading model\nbuilding dataset\n"})).verdict
+    assert (unknown.category, unknown.state) == ("UNKNOWN", "unknown")
+    done = analyze(
+        incident({"console.log": "loading model\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n"})
+    ).verdict
+    assert (done.category, done.state) == ("NO_FAILURE", "healthy")
+    assert done.confidence < 0.9  # one kind of proof only
