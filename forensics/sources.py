@@ -37,6 +37,7 @@ PASSES: list[Step] = [
     Step("traceback-context", exceptions.traceback_context_pass),
     Step("collective-mismatch", exceptions.collective_mismatch_pass),
     Step("hang", collectives.hang_pass),
+    Step("busy-rank", collectives.busy_rank_pass),
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),
     Step("stragglers", timing.straggler_pass),

@@ -112,3 +112,21 @@ def test_no_evidence_either_way_is_unknown_and_a_completion_line_is_healthy(inci
     ).verdict
     assert (done.category, done.state) == ("NO_FAILURE", "healthy")
     assert done.confidence < 0.9  # one kind of proof only
+
+
+AXOLOTL_BUSY_RANK0 = [  # axolotl-ai-cloud/axolotl#2684: rank 0 tokenizes, rank 1's store wait times out
+    "Tokenizing Prompts (num_proc=64):  92%|█████████▏| 328986/359152 [29:58<12:05, 41.59 examples/s][rank1]:[W516 14:34:56.853490829 socket.cpp:464] [c10d] waitForInput: poll for socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) returned 0, likely a timeout",
+    "[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms",
+]
+
+
+def test_rank_zero_busy_preprocessing_is_the_rank_the_others_waited_for(incident):
+    verdict = analyze(incident({"console.log": "\n".join(AXOLOTL_BUSY_RANK0) + "\n"})).verdict
+    assert (verdict.category, verdict.culprit_ranks, verdict.state) == ("COLLECTIVE_TIMEOUT", [0], "hung")
+    assert verdict.first_failure["line"] == 1 and "Tokenizing Prompts" in verdict.first_failure["text"]
+
+
+def test_no_busy_rank_when_rank_zero_timed_out_too(incident):
+    both = AXOLOTL_BUSY_RANK0 + [line.replace("[rank1]", "[rank0]") for line in AXOLOTL_BUSY_RANK0[1:]]
+    findings = analyze(incident({"console.log": "\n".join(both) + "\n"})).incident.findings
+    assert "HANG006" not in findings["pattern"].to_list()

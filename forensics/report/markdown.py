@@ -47,8 +47,8 @@ def _triage(analysis: Analysis) -> list[str]:
     return ["## Triage", ""] + [f"- {cell(note, 400)}" for note in analysis.verdict.triage] + [""]
 
 
-def _context(analysis: Analysis, file: str, line: int | None) -> list[str]:
-    """The traceback/stack block around a cited line, numbered like an editor shows it."""
+def context_rows(analysis: Analysis, file: str, line: int | None) -> list[tuple[int, str]]:
+    """(line, text) of the traceback/stack block around a cited line (or the lines next to it)."""
     lines = analysis.incident.lines
     if line is None or lines.is_empty():
         return []
@@ -60,8 +60,12 @@ def _context(analysis: Analysis, file: str, line: int | None) -> list[str]:
     context = lines.filter((pl.col("file") == file) & (pl.col("block") == block) & same_stream)
     if context.height <= 1:
         context = lines.filter((pl.col("file") == file) & pl.col("line").is_between(line - 3, line + 3))
-    context = context.sort("line").tail(MAX_CONTEXT_LINES)
-    return [f"{n:>6}  {t}" for n, t in context.select("line", "text").iter_rows()]
+    return context.sort("line").tail(MAX_CONTEXT_LINES).select("line", "text").rows()
+
+
+def _context(analysis: Analysis, file: str, line: int | None) -> list[str]:
+    """The context block of a cited line, numbered like an editor shows it."""
+    return [f"{n:>6}  {t}" for n, t in context_rows(analysis, file, line)]
 
 
 def _evidence(analysis: Analysis) -> list[str]:

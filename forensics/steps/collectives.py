@@ -7,6 +7,7 @@ from forensics.ingest.c10d import COLLECTIVES, parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
 from forensics.passes.attribution import attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
+from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
 from forensics.report.collectives_section import render_collectives
@@ -49,6 +50,11 @@ def hang_pass(incident: Incident, progress: Progress) -> None:
         lines=incident.lines,
     )
     incident.merge_pass(result)
+
+
+def busy_rank_pass(incident: Incident, progress: Progress) -> None:
+    """Rank 0 still preprocessing data while the others timed out waiting for it."""
+    incident.add_findings(busy_rank_zero(incident.lines, incident.findings))
 
 
 def render_collectives_section(incident: Incident) -> str | None:

@@ -1,0 +1,65 @@
+"""The rank the others waited for because it was busy, not dead: rank 0 preprocessing data.
+
+Notes:
+    Hugging Face `main_process_first`, `datasets.map` and most trainers tokenize or
+    preprocess on the main process while every other rank waits at a barrier. When that
+    takes longer than the process-group timeout, ranks 1..N time out and rank 0 never
+    logs a timeout at all: its last output is a progress bar. The bar carries no rank tag,
+    but a dataset-preprocessing bar is printed by the main process only (the others wait),
+    so the untagged bar is rank 0's: the finding says so.
+    - HANG006 busy: some rank other than 0 timed out or waits in a barrier (a
+      COLLECTIVE_TIMEOUT finding, or a traceback frame in `main_process_first` /
+      `barrier`), rank 0 has no timeout of its own, and an untagged or rank-0
+      preprocessing progress bar precedes the waiting lines. Cites the last such bar.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.schema import FINDINGS, conform, empty
+
+# `Running tokenizer on dataset:  88%|████▊ | 383700/433643 [29:55<03:25, ...`
+PREPROCESSING_BAR = (
+    r"(?i)(?:map|tokeniz|running tokenizer|filter|preprocess|pre-process|convert|packing|grouping|formatting|loading dataset)"
+    r"[^|\n]{0,60}:?\s+\d{1,3}%\|"
+)
+WAITING_FRAME = r"in main_process_first\b|main_process_first\(|in barrier\b|dist\.barrier\(|in _store_based_barrier\b|in monitored_barrier\b"
+
+
+def busy_rank_zero(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+    """HANG006 for rank 0 when the others waited on it while it preprocessed data."""
+    if lines.is_empty():
+        return empty(FINDINGS)
+    timeouts = findings.filter(pl.col("category") == "COLLECTIVE_TIMEOUT", pl.col("role") != "event")
+    if not timeouts.filter(pl.col("rank") == 0).is_empty():
+        return empty(FINDINGS)  # rank 0 timed out too: it was waiting, not busy
+    waiting = pl.concat(
+        [
+            timeouts.filter(pl.col("rank").is_null() | (pl.col("rank") != 0)).select("file", "line"),
+            lines.filter(pl.col("text").str.contains(WAITING_FRAME) & (pl.col("rank").is_null() | (pl.col("rank") != 0))).select(
+                "file", "line"
+            ),
+        ]
+    )
+    if waiting.is_empty():
+        return empty(FINDINGS)
+    first_wait = waiting.sort("line").group_by("file").first()
+    bars = (
+        lines.filter((pl.col("rank").is_null() | (pl.col("rank") == 0)) & pl.col("text").str.contains(PREPROCESSING_BAR))
+        .join(first_wait.rename({"line": "wait_line"}), on="file")
+        .filter(pl.col("line") <= pl.col("wait_line"))
+        .sort("line")
+    )
+    if bars.is_empty():
+        return empty(FINDINGS)
+    last = bars.tail(1).with_columns(
+        rank=pl.lit(0, pl.Int32),
+        pattern=pl.lit("HANG006"),
+        title=pl.lit("Rank 0 was still preprocessing data (its progress bar, printed by the main process only) while the others waited and timed out"),
+        category=pl.lit("COLLECTIVE_TIMEOUT"),
+        severity=pl.lit("error"),
+        role=pl.lit("initiating"),
+        captures=pl.struct(waiting_line=pl.col("wait_line"), attribution=pl.lit("untagged preprocessing bar -> main process (rank 0)")).struct.json_encode(),
+    )
+    return conform(last, FINDINGS)
