@@ -251,6 +251,10 @@ EXCEPTION_TEXT = (
 )
 
 
+# A sticky CUDA error, an OOM or a dead GPU ends the process even when no exception line survived.
+FATAL_BY_NATURE = [Category.CUDA_ERROR, Category.CUDA_OOM, Category.HARDWARE, Category.HOST_OOM]
+
+
 def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int]) -> str:
     """How the job ended, from the evidence rather than the category.
 
@@ -271,7 +275,10 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     )
     if culprits:
         own_errors = own_errors.filter(pl.col("rank").is_in(culprits))
-    culprit_died = not own_errors.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
+    fatal = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_BY_NATURE))
+    culprit_died = (
+        not own_errors.is_empty() or not fatal.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
+    )
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
     timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
     hang_evidence = not failures.filter(timed_out | pl.col("pattern").str.starts_with("HANG")).is_empty()

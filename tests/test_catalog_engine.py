@@ -130,3 +130,10 @@ def test_the_shipped_catalog_is_valid():
     assert validate_catalog(patterns) == []
     assert all(isinstance(p.regex, str) and p.literals for p in patterns)
     assert pl.Series([p.id for p in patterns]).is_unique().all()
+
+
+def test_a_launcher_line_naming_a_rank_gives_its_finding_that_rank():
+    """mpirun names the rank it saw die; the line itself carries no rank prefix."""
+    text = "mpirun noticed that process rank 7 with PID 0 on node gpu-node-3 exited on signal 9 (Killed)."
+    found = match_catalog(lines_frame([text], rank=None), load_catalog())
+    assert found.filter(pl.col("pattern") == "GEN004")["rank"].to_list() == [7]

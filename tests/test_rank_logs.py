@@ -249,3 +249,11 @@ def test_multi_node_console_does_not_guess_from_local_ranks(tmp_path):
     )
     lines, _, _ = read_text_files(tmp_path, [TextFile("console.log", None)])
     assert lines.sort("line")["rank"].to_list() == [0, 4, 5, None]
+
+
+def test_platform_timestamp_with_a_colon_before_mpirun_tags(tmp_path):
+    """Real Open MPI output behind a platform timestamp (NVIDIA/nccl#230): the tag still gives the rank."""
+    line = "2019-06-02T16:13:44.884Z: [1,12]<stdout>:container-e275-1553839402050-12124-01-000057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error\n"
+    write_files(tmp_path, {"console.log": line})
+    lines, _, _ = read_text_files(tmp_path, [TextFile("console.log", None)])
+    assert lines["rank"].to_list() == [12]

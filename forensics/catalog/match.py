@@ -41,6 +41,9 @@ def match_pattern(candidates: pl.DataFrame, pattern: Pattern) -> pl.DataFrame:
         captures_json = captures.struct.json_encode()
     else:
         captures_json = pl.lit("{}")
+    if "(?P<rank>" in pattern.regex:  # a launcher line naming the rank it reports on
+        named = captures.struct.field("rank").cast(pl.Int32, strict=False)
+        hits = hits.with_columns(rank=pl.coalesce("rank", named) if "rank" in hits.columns else named)
     hits = hits.with_columns(
         pattern=pl.lit(pattern.id),
         title=pl.lit(pattern.title),

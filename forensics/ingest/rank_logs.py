@@ -29,7 +29,7 @@ ANSI = r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"
 # Stacked launcher prefixes at the start of a line, outermost first (formats.md 0).
 PREFIX = (
     r"^(?:\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"  # mpirun --timestamp-output
-    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})? )?"  # kubectl/Loki/platform stamp
+    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?:? )?"  # kubectl/Loki/platform stamp
     r"(?:"
     r"\s*(?:P\d+ +)?\s*\d+: "  # srun --label, right-aligned task id
     r"|\[\d+,\d+\]<std(?:out|err)>:"  # mpirun --tag-output
