@@ -15,7 +15,8 @@ Notes:
 
     The crowd never wins by numbers: a thousand cascade timeouts score less than one
     initiating line. Culprits are the ranks holding the leading category's earliest
-    evidence of its strongest role.
+    evidence of its strongest role, unless (nearly) every rank holds it: then the cause is
+    shared and no rank is named.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ SEVERITY_WEIGHT = {"critical": 0.10, "error": 0.05, "warning": 0.0}
 EARLINESS_MAX = 0.30
 EARLINESS_HALF_LIFE_S = 80.0
 MAX_EVIDENCE = 12
+# When at least this many ranks, and this share of the ranks the job had, fail the same
+# way first-hand, the cause is shared (config, data, environment): no single culprit.
+JOB_WIDE_MIN_RANKS = 3
+JOB_WIDE_SHARE = 0.75
 
 
 @dataclass
@@ -170,6 +175,8 @@ def build_hypotheses(
     leading = failures.filter(pl.col("role").is_in(["initiating", "symptom"]))
     t0 = leading["order_time"].min() if not leading.is_empty() else None
 
+    # Ranks the job had at least: those that left lines, and every rank below the highest seen.
+    ranks_seen = int(lines["rank"].max()) + 1 if not lines.is_empty() and lines["rank"].max() is not None else 0
     hypotheses = []
     for (category,), group in failures.group_by("category", maintain_order=True):
         best_role = max(ROLE_WEIGHT.get(r, 0) for r in group["role"].unique())
@@ -193,6 +200,8 @@ def build_hypotheses(
         ]
         if best_role < ROLE_WEIGHT["symptom"]:
             ranks = []  # the crowd alone does not name a culprit
+        if len(ranks) >= JOB_WIDE_MIN_RANKS and len(ranks) >= JOB_WIDE_SHARE * ranks_seen:
+            ranks = []  # every rank failed the same way first-hand: a shared cause, not one rank
         hosts = [h for h in culprit_rows["host"].drop_nulls().unique(maintain_order=True).to_list()]
         evidence_frame = group.sort(
             [pl.col("role").replace_strict(ROLE_WEIGHT, default=0.0), pl.col("order_time").is_null(), "order_time", "file", "line"],

@@ -185,3 +185,17 @@ def test_the_previous_time_comes_from_the_same_rank_not_the_same_file():
     rank1_late = {"file": "console.log", "line": 4, "rank": 1, "time": T0 + timedelta(minutes=9), "text": "[rank1]: late"}
     v = verdict_of([loader, cuda], lines_for([loader, cuda], extra=[rank1_late]))
     assert v.category == Category.DATA_PIPELINE
+
+
+SIGBUS = "  traceback : Signal 7 (SIGBUS) received by PID {pid}"  # accelerate test in Docker, huggingface/accelerate#1254
+
+
+def test_every_rank_failing_the_same_way_first_hand_names_no_culprit():
+    rows = [finding("TRUN010", "UNKNOWN", "symptom", "console.log", 10 + r, r, T0, SIGBUS.format(pid=210 + r), "error") for r in range(4)]
+    assert verdict_of(rows).culprit_ranks == []
+
+
+def test_one_rank_of_four_failing_first_hand_is_the_culprit():
+    rows = [finding("TRUN010", "UNKNOWN", "symptom", "console.log", 11, 1, T0, SIGBUS.format(pid=211), "error")]
+    lines = lines_for(rows, [{"file": f"rank_{r}.log", "line": 1, "rank": r, "time": T0, "text": "step 1"} for r in (0, 2, 3)])
+    assert verdict_of(rows, lines).culprit_ranks == [1]
