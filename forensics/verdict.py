@@ -96,8 +96,11 @@ def _ordered(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _sentence(text: str) -> str:
-    return text.rstrip(". ") + "."
+def _summary(who: str, what: str) -> str:
+    """`Rank 5 (node-a): CUDA out of memory ...` from the culprit's evidence; a title that
+    already names its rank stands alone."""
+    what = what.rstrip(". ") + "."
+    return what if what.startswith("Rank ") else f"{who}: {what}"
 
 
 def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -213,7 +216,7 @@ def build_hypotheses(
             Hypothesis(
                 category=category,
                 score=round(min(score, 1.0), 3),
-                summary=f"{_who(ranks, hosts)}: {_sentence(first[0]['title'] if first else playbook.get('what', 'failed'))}",
+                summary=_summary(_who(ranks, hosts), first[0]["title"] if first else playbook.get("what", "failed")),
                 culprit_ranks=ranks,
                 culprit_hosts=hosts,
                 culprit_gpus=_gpus(culprit_rows),
