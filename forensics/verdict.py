@@ -100,7 +100,7 @@ def _summary(who: str, what: str) -> str:
     """`Rank 5 (node-a): CUDA out of memory ...` from the culprit's evidence; a title that
     already names its rank stands alone."""
     what = what.rstrip(". ") + "."
-    return what if what.startswith("Rank ") else f"{who}: {what}"
+    return what if what.startswith("Rank ") or who == "The job" else f"{who}: {what}"
 
 
 def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -346,6 +346,8 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
         if known and verdict_category not in prior:
             note += f"; here the evidence points to {verdict_category} instead"
         notes.append(f"Failed {window}: {note}.")
+    elif first is None:
+        notes.append("Time into the run: no failing line to place in time.")
     else:
         notes.append("Time into the run: UNKNOWN (the failing lines carry no timestamps).")
     if not ranks.is_empty():
@@ -371,6 +373,21 @@ def _weak(hypothesis: Hypothesis, findings: pl.DataFrame) -> bool:
     rows = findings.filter(pl.col("category") == Category.UNKNOWN, pl.col("role") != "event")
     severities = {sev for f, l, sev in rows.select("file", "line", "severity").iter_rows() if (f, l) in cited}
     return severities <= {"warning", "info"}
+
+
+# Neither failure nor health can be shown: say so, and say what would settle it.
+NO_EVIDENCE = {
+    "whys": [
+        "No line shows a failure, and no line proves the run ended well "
+        "(no completion message, no exit code 0, the logs do not show training steps up to their end).",
+        "The logs may stop before the problem, or the failure left no message (a kill, a hang, a lost node).",
+    ],
+    "checklist": [
+        "Collect every rank's full log (torchrun --log-dir / --tee), not an excerpt",
+        "Collect the launcher's or scheduler's exit codes and `dmesg -T` of each host",
+        "Log a completion line and the step count at the end of training",
+    ],
+}
 
 
 def _only_cut_tracebacks(hypothesis: Hypothesis) -> bool:
@@ -427,7 +444,7 @@ def decide(
                 else "No failure signature, but no proof of health either (no completion line, no progress to the end of the logs)."
             )
             confidence = 0.3 if weak else 0.2
-        playbook = playbooks[category]
+        playbook = playbooks[category] if first or category == Category.NO_FAILURE else NO_EVIDENCE
         return Verdict(
             category=category, state=state, summary=summary, confidence=confidence,
             culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=hypotheses,
