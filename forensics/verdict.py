@@ -414,7 +414,7 @@ def decide(
     NO_FAILURE needs a proof of health (passes.health); without one, an incident with no
     failure evidence is UNKNOWN with state `unknown`. An UNKNOWN hypothesis resting only
     on warnings never outranks a real category, and yields to a proof of health; any
-    UNKNOWN hypothesis yields to a known category that has initiating or symptom evidence.
+    UNKNOWN hypothesis yields to a known category that has initiating evidence.
     """
     playbooks = load_playbooks()
     proofs = proofs if proofs is not None else pl.DataFrame(schema={"kind": pl.String})
@@ -450,7 +450,7 @@ def decide(
             culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=hypotheses,
             whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
         )  # fmt: skip
-    explained = any(h.category != Category.UNKNOWN and {"initiating", "symptom"} & set(h.roles) for h in strong)
+    explained = any(h.category != Category.UNKNOWN and "initiating" in h.roles for h in strong)
     # A known failure explains the bare exits and unrecognized errors next to it; a traceback
     # cut before its exception line (EXC002) says less than any known message.
     strong = sorted(strong, key=lambda h: h.category == Category.UNKNOWN and (explained or _only_cut_tracebacks(h)))

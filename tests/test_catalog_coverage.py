@@ -70,10 +70,6 @@ def test_every_match_example_holds_one_of_its_literals():
     assert not missing, missing
 
 
-def test_single_literal_patterns_and_generic_families_both_exist():
-    assert any(p.tier == "generic" for p in CATALOG) and any(p.tier == "specific" for p in CATALOG)
-
-
 def test_every_pattern_explains_itself():
     thin = [p.id for p in CATALOG if not (p.causes and p.immediate and p.structural and p.references)]
     assert not thin, thin

@@ -137,3 +137,26 @@ def test_a_launcher_line_naming_a_rank_gives_its_finding_that_rank():
     text = "mpirun noticed that process rank 7 with PID 0 on node gpu-node-3 exited on signal 9 (Killed)."
     found = match_catalog(lines_frame([text], rank=None), load_catalog())
     assert found.filter(pl.col("pattern") == "GEN004")["rank"].to_list() == [7]
+
+
+def test_a_generic_family_speaks_only_where_no_specific_pattern_does():
+    """`CUDA error: an illegal memory access` is CUDA001's; `CUDA error: operation not supported` is only the family's."""
+    catalog = load_catalog()
+    texts = [
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "RuntimeError: CUDA error: operation not supported",
+    ]
+    found = match_catalog(lines_frame(texts), catalog)
+    by_line = {line: sorted(group["pattern"].to_list()) for (line,), group in found.group_by("line")}
+    assert by_line == {1: ["CUDA001"], 2: ["GEN001"]}
+
+
+def test_the_watchdog_wrapping_an_unknown_cuda_error_is_classified_by_what_it_wraps(tmp_path):
+    """A wrapper is not a cause: the watchdog line carries a CUDA error no specific pattern knows."""
+    from forensics.analyze import analyze
+    from tests.conftest import write_files
+
+    line = "[rank3]:[E1124 10:00:00.000000000 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure"
+    verdict = analyze(write_files(tmp_path, {"console.log": line + "\n"})).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("CUDA_ERROR", [3])
+    assert "timeout" not in verdict.summary.lower()

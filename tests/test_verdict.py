@@ -199,3 +199,24 @@ def test_one_rank_of_four_failing_first_hand_is_the_culprit():
     rows = [finding("TRUN010", "UNKNOWN", "symptom", "console.log", 11, 1, T0, SIGBUS.format(pid=211), "error")]
     lines = lines_for(rows, [{"file": f"rank_{r}.log", "line": 1, "rank": r, "time": T0, "text": "step 1"} for r in (0, 2, 3)])
     assert verdict_of(rows, lines).culprit_ranks == [1]
+
+
+def test_a_known_cause_outranks_the_bare_exits_it_explains():
+    """srun's exit lines say that tasks failed, not why; the time-limit line says why, even when printed later."""
+    exit_line = finding("SLURM007", "UNKNOWN", "symptom", "slurm.out", 10, None, T0, "srun: error: node17: task 0: Exited with exit code 1", "error")
+    limit = finding("SLURM001", "PROCESS_KILLED", "initiating", "slurm.out", 12, None, T0 + timedelta(seconds=300),
+                    "slurmstepd: error: *** JOB 12345 ON node17 CANCELLED AT 2024-05-08T10:00:00 DUE TO TIME LIMIT ***")
+    assert verdict_of([exit_line, limit]).category == "PROCESS_KILLED"
+
+
+def test_a_cut_traceback_yields_even_to_cascade_evidence():
+    cut = finding("EXC002", "UNKNOWN", "symptom", "rank_2.log", 14, 2, T0, "[rank2]:              ^^^^^^^^^^^^^^^^", "error")
+    remote = finding("DIST017", "NETWORK", "cascade", "rank_3.log", 5, 3, T0,
+                     "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote process exited or there was a network error", "error")
+    assert verdict_of([cut, remote]).category == "NETWORK"
+
+
+def test_a_sticky_cuda_error_ends_the_process_without_an_exception_line():
+    cuda = finding("CUDA010", "CUDA_ERROR", "initiating", "rank_1.log", 3, 1, T0,
+                   "n122-164-108:7400:7642 [1] include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'")
+    assert verdict_of([cuda]).state == "crashed"
