@@ -88,7 +88,7 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
     incident.findings = deduplicate(incident.findings)
 
     world = world_size(incident.lines, incident.findings)
-    incident.ranks = rank_table(incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"))
+    incident.ranks = rank_table(incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"), incident.tables.get("health"))
     unmatched = unmatched_error_templates(incident.lines, incident.findings)
     _mark_unclaimed(incident)
     if incident.inputs.filter(pl.col("status") != InputStatus.SKIPPED).is_empty():

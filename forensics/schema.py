@@ -189,5 +189,6 @@ RANKS: dict[str, pl.DataType] = {
     "first_error_line": pl.Int64,
     "first_error_pattern": pl.String,
     "first_error_text": pl.String,
-    "status": pl.String,  # crashed | hung | killed | exited | running | healthy | unknown
+    "status": pl.String,  # killed | crashed | stalled | timed_out | exited | silent | finished | running
 }
+RANK_ALIVE = ("running", "finished")  # rank statuses with nothing wrong in the rank's own lines

@@ -359,7 +359,7 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
             notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
         elif failed:
             notes.append(f"{len(failed)} of {total} ranks failed first-hand: a shared cause (data, config, network, code) is likely.")
-        missing = ranks.filter(pl.col("status") == "missing")["rank"].to_list()
+        missing = ranks.filter((pl.col("status") == "silent") & pl.col("lines").is_null())["rank"].to_list()
         if missing:
             notes.append(f"{len(missing)} rank(s) left no log at all: {', '.join(map(str, missing[:16]))}.")
     return notes

@@ -48,11 +48,11 @@ SAMPLES = [
     ),
     pytest.param(
         "Epoch 0:   1%|          | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=, reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]",
-        794, 3.09, None, None, None, id="lightning-bar",
+        794, 3.09, None, 41.36, None, id="lightning-bar",
     ),
     pytest.param(
         "Epoch 0:   6%|██                               | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6, v_num=95nc, reduced_train_loss=2.590, global_step=3.2e+4, consumed_samples=2.56e+7]",
-        32000, 2.59, None, None, None, id="lightning-bar-scientific-step",
+        32000, 2.59, None, 1 / 1.37, None, id="lightning-bar-scientific-step",
     ),
     pytest.param("{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, 'epoch': 0.28}", None, 2.0491, None, None, None, id="hf"),
     pytest.param(
@@ -67,6 +67,13 @@ SAMPLES = [
         "{'eval_loss': 0.3461727797985077, 'eval_runtime': 9.144, 'eval_samples_per_second': 10.936, 'eval_steps_per_second': 1.422, 'epoch': 1.0, 'step': 10000}",
         10000, None, None, None, None, id="hf-eval-with-step",
     ),
+    # Durations in their own units: milliseconds, sec/step, s/it (karpathy/nanoGPT#110, rwth-i6/returnn#1485).
+    pytest.param("iter 1639: loss 3.9185, time 562.66ms", 1639, 3.9185, None, 0.56266, None, id="nanogpt-ms"),
+    pytest.param(
+        "ep 29 train, step 1, ce 5.476, ctc_17 6.839, fer 0.836, mem_usage:cuda:0 6.5GB, 2.238 sec/step",
+        1, None, None, 2.238, None, id="returnn-sec-per-step",
+    ),
+    pytest.param("Epoch 10/10: 240it [05:55,  1.47s/it, loss=5.46]", None, 5.46, None, 1.47, None, id="tqdm-s-per-it"),
 ]
 
 

@@ -1,14 +1,18 @@
 """Per-rank summary: host, first/last time, last step, first error, how the rank ended.
 
 Notes:
-    A rank's status is read off its findings: `killed` when a PROCESS_KILLED or
-    HOST_OOM finding names it; `crashed` when it has an initiating error; `stalled` when
-    hang localization names it (it never reached the collective the others waited in); `timed_out`
-    when it shows the cascade (watchdog timeouts, aborts after them); `exited` when it
-    only has a non-zero exit with no cause of its own; `healthy` otherwise. Ranks below
-    the world size that left no line at all are `missing`: in a hang those are prime
-    suspects. Hosts come from the rank's own lines, else from `rank_hosts` (NCCL init
-    lines, the torchrun failure table).
+    A rank's status says what its lines show happened to it, first match wins:
+    `killed` when a PROCESS_KILLED or HOST_OOM finding names it; `crashed` when it has an
+    initiating error; `stalled` when hang localization names it (it never reached the
+    collective the others waited in); `timed_out` when it shows the cascade (watchdog
+    timeouts, aborts after them); `exited` when it only has a non-zero exit with no cause
+    of its own; `silent` when it left no line at all, or stopped stepping while another
+    rank logged at least SILENT_INTERVALS more of its own logging intervals (in a hang
+    those are prime suspects); `finished` when a completion line names it or names no
+    rank; `running` otherwise: still logging when the logs end, with nothing wrong in
+    its own lines. No rank is ever called healthy: a rank torn down with the job is
+    `running` up to its last line, and the report says so. Hosts come from the rank's
+    own lines, else from `rank_hosts` (NCCL init lines, the torchrun failure table).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import polars as pl
 from forensics.schema import RANKS, conform, empty
 
 FAILURE_ROLES = ["initiating", "symptom"]
+SILENT_INTERVALS = 2  # logging intervals another rank stepped on past this one
 FAILURE_SEVERITIES = ["error", "critical"]
 
 WORLD_SIZE_HINTS = [
@@ -54,7 +59,12 @@ def rank_table(
     metrics: pl.DataFrame,
     world: int | None,
     rank_hosts: pl.DataFrame | None = None,
+    health: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
+    """One row per rank below `world` or seen in `lines`/`findings`: RANKS columns.
+
+    `health` is the proofs table of `passes.health` (completion rows finish ranks).
+    """
     ranked = lines.filter(pl.col("rank").is_not_null())
     if ranked.is_empty() and not world:
         return empty(RANKS)
@@ -64,7 +74,7 @@ def rank_table(
         last_time=pl.col("time").max(),
         lines=pl.len().cast(pl.Int64),
     )
-    steps = metrics.filter(pl.col("rank").is_not_null()).group_by("rank").agg(last_step=pl.col("step").max())
+    steps = _stepping(metrics)
     failures = findings.filter(
         pl.col("rank").is_not_null()
         & pl.col("role").is_in(FAILURE_ROLES)
@@ -90,6 +100,7 @@ def rank_table(
         cascaded=(pl.col("role") == "cascade").any(),
         exited=((pl.col("role") == "symptom") & serious).any(),
     )
+    finished = _finished(health)
     all_ranks = pl.DataFrame({"rank": list(range(world or 0))}, schema={"rank": pl.Int32})
     table = (
         pl.concat([all_ranks, base.select("rank"), first_error.select("rank")], how="vertical")
@@ -98,6 +109,7 @@ def rank_table(
         .join(steps, on="rank", how="left")
         .join(first_error, on="rank", how="left")
         .join(per_rank_roles, on="rank", how="left")
+        .with_columns(stopped_early=pl.col("stopped_early").fill_null(False))
         .with_columns(
             status=pl.when(pl.col("killed"))
             .then(pl.lit("killed"))
@@ -109,9 +121,11 @@ def rank_table(
             .then(pl.lit("timed_out"))
             .when(pl.col("exited"))
             .then(pl.lit("exited"))
-            .when(pl.col("lines").is_null())
-            .then(pl.lit("missing"))
-            .otherwise(pl.lit("healthy"))
+            .when(pl.col("lines").is_null() | pl.col("stopped_early"))
+            .then(pl.lit("silent"))
+            .when(pl.col("rank").is_in(finished.drop_nulls().implode()) | pl.lit(finished.is_null().any()))
+            .then(pl.lit("finished"))
+            .otherwise(pl.lit("running"))
         )
         .sort("rank")
     )
@@ -120,3 +134,32 @@ def rank_table(
             host=pl.coalesce("host", "known_host")
         ).sort("rank")  # a join does not keep row order
     return conform(table, RANKS)
+
+
+def _stepping(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: last_step, and stopped_early when another rank stepped on past it.
+
+    A rank stopped early when some rank's last step exceeds its own by at least
+    SILENT_INTERVALS of its own logging intervals (the median gap between its logged
+    steps): one interval is the ordinary skew of ranks cut off by the same kill.
+    """
+    per_rank = (
+        metrics.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+        .select("rank", "step")
+        .unique()
+        .sort("rank", "step")
+        .group_by("rank")
+        .agg(last_step=pl.col("step").max(), interval=pl.col("step").diff().median())
+    )
+    furthest = per_rank["last_step"].max()
+    return per_rank.with_columns(
+        stopped_early=pl.col("interval").is_not_null()
+        & (pl.lit(furthest) - pl.col("last_step") >= SILENT_INTERVALS * pl.col("interval").clip(lower_bound=1))
+    ).select("rank", "last_step", "stopped_early")
+
+
+def _finished(health: pl.DataFrame | None) -> pl.Series:
+    """Ranks a completion line names (null: a completion line that names no rank)."""
+    if health is None or health.is_empty():
+        return pl.Series("rank", [], dtype=pl.Int32)
+    return health.filter(pl.col("kind") == "completion")["rank"]

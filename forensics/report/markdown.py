@@ -12,9 +12,16 @@ import polars as pl
 
 from forensics.analyze import Analysis
 from forensics.report.markup import cell, code, code_block, ranges, table, where
+from forensics.schema import RANK_ALIVE
 
 MAX_RANK_ROWS = 32
 MAX_CONTEXT_LINES = 30
+RANK_STATUS_LEGEND = (
+    "Status is what a rank's own lines show: `killed` by a signal, `crashed` on its own error, `stalled` "
+    "short of a collective the others entered, `timed_out` waiting for others, `exited` non-zero with no "
+    "cause of its own, `silent` (no line, or it stopped stepping while others went on), `finished` "
+    "(a completion line), `running` (still logging when the logs end; it may have been torn down with the job)."
+)
 
 
 def _headline(analysis: Analysis) -> list[str]:
@@ -128,7 +135,7 @@ def _ranks(analysis: Analysis) -> list[str]:
     if ranks.is_empty():
         return []
     out = ["## Ranks", ""]
-    interesting = ranks.filter(pl.col("status") != "healthy")
+    interesting = ranks.filter(~pl.col("status").is_in(RANK_ALIVE))
     if ranks.height <= MAX_RANK_ROWS:
         shown = ranks
     else:
@@ -138,13 +145,13 @@ def _ranks(analysis: Analysis) -> list[str]:
         shown = interesting.head(MAX_RANK_ROWS)
         if shown.is_empty():
             return out
-        out += [f"First {shown.height} ranks that did not end healthy:", ""]
+        out += [f"First {shown.height} ranks with something wrong in their own lines:", ""]
     rows = []
     for r in shown.iter_rows(named=True):
         last = r["last_time"].strftime("%H:%M:%S") if r["last_time"] else "—"
         first_error = f"{where(r['first_error_file'], r['first_error_line'])} {cell(r['first_error_pattern'])}" if r["first_error_file"] else "—"
         rows.append((str(r["rank"]), cell(r["host"]), cell(r["status"]), cell(r["last_step"]), last, first_error))
-    out += [table(["rank", "host", "status", "last step", "last line at", "first error"], rows), ""]
+    out += [table(["rank", "host", "status", "last step", "last line at", "first error"], rows), "", RANK_STATUS_LEGEND, ""]
     return out
 
 
