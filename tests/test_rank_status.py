@@ -53,3 +53,22 @@ def test_a_completion_line_finishes_the_ranks_and_a_torn_down_job_leaves_them_ru
     ranks = analyze(torn).incident.ranks
     assert ranks["status"].to_list() == ["running", "crashed"]
     assert "healthy" not in ranks["status"].to_list()
+
+
+# hiyouga/LlamaFactory#2470 (DeepSpeed --hostfile, pdsh `gpu003: ` prefixes) and the pdsh line of
+# NVIDIA/nccl#1029 (reference/formats.md 0), in one console as a multi-node launcher interleaves them.
+MIXED_CONSOLE = [
+    "gpu003: [2024-02-11 22:36:22,106] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 275125",
+    "gpu003: Traceback (most recent call last):",
+    'gpu003:   File "/data/vayu/train/LLaMA-Factory/src/train_bash.py", line 14, in <module>',
+    "rdma-gpu-train-worker-0: rdma-gpu-train-worker-0:19488:21063 [4] NCCL INFO Using network IBext",
+    "gpu003:     main()",
+    'gpu003:   File "/data/vayu/train/LLaMA-Factory/src/train_bash.py", line 5, in main',
+]
+
+
+def test_each_line_of_a_mixed_console_takes_its_own_host_and_a_prefixed_traceback_stays_one_block(incident):
+    lines = analyze(incident({"console.log": "\n".join(MIXED_CONSOLE) + "\n"})).incident.lines
+    assert lines["host"].to_list() == ["gpu003"] * 3 + ["rdma-gpu-train-worker-0"] + ["gpu003"] * 2
+    gpu003 = lines.filter(pl.col("host") == "gpu003")
+    assert gpu003.filter(pl.col("line") >= 2)["block"].unique().to_list() == [2]

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.ingest.rank_logs import _host_from_nccl
+from forensics.ingest.rank_logs import _hosts
 from forensics.passes.cross_rank import rank_table
 from forensics.schema import FINDINGS, LINES, METRICS, conform, empty
 
@@ -39,11 +39,12 @@ def test_nccl_prefix_host_tie_is_the_smallest_name():
     text = [
         "node-b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
         "node-a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "RuntimeError: a line with no host of its own",
     ]
-    lines = pl.DataFrame({"file": ["rank_0.log"] * 2, "line": [1, 2], "rank": [0, 0], "text": text},
+    lines = pl.DataFrame({"file": ["rank_0.log"] * 3, "line": [1, 2, 3], "rank": [0, 0, 0], "text": text},
                          schema={"file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String})
-    hosts = {tuple(_host_from_nccl(lines.lazy()).collect()["host"].unique()) for _ in range(REPEATS)}
-    assert hosts == {("node-a",)}
+    hosts = {tuple(_hosts(lines.lazy()).collect()["host"]) for _ in range(REPEATS)}
+    assert hosts == {("node-b", "node-a", "node-a")}
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"

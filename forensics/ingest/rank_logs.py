@@ -26,18 +26,23 @@ from forensics.schema import FINDINGS, LINES, InputStatus, conform, empty
 
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"
 
+# pdsh / DeepSpeed multi-node `<host>: ` (formats.md 0), and slurmstepd's `slurmstepd-<host>: `:
+# a lowercase name with a digit (node12, gpu20-15, worker-0) or an IPv4 address.
+HOST_PREFIX = r"(?:slurmstepd-)?(?P<host>[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*|\d{1,3}(?:\.\d{1,3}){3}): "
 # Stacked launcher prefixes at the start of a line, outermost first (formats.md 0).
 PREFIX = (
     r"^(?:\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"  # mpirun --timestamp-output
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?:? )?"  # kubectl/Loki/platform stamp
+    r"(?:" + HOST_PREFIX.replace("?P<host>", "?:") + r")?"
     r"(?:"
     r"\s*(?:P\d+ +)?\s*\d+: "  # srun --label, right-aligned task id
     r"|\[\d+,\d+\]<std(?:out|err)>:"  # mpirun --tag-output
     r"|\[[A-Za-z_]*\d+\]:[ ]?"  # torchrun [default0]: / c10 [rank0]:
     r"|\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "  # Ray actor
     r"|[\w.]+/\d+ "  # NeMo-Run / torchx role
-    r")+"
+    r")*"
 )
+MIN_HOST_LINES = 3
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
 # Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
@@ -163,11 +168,24 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _host_from_nccl(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """Host of each (file, rank) from its NCCL line prefixes `host:pid:tid [dev] NCCL`."""
-    host = pl.col("text").str.extract(NCCL_HOST)
-    return lines.with_columns(
-        host=host.drop_nulls().mode().min().over(["file", pl.col("rank").fill_null(-1)])
+def _hosts(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Host per line: its own prefix, else the most common host of its (file, rank).
+
+    A line's own host is its NCCL prefix `host:pid:tid [dev] NCCL`, else its pdsh
+    `<host>: ` prefix when that name opens at least MIN_HOST_LINES lines of the file
+    (a one-off `word1: ` is text, not a host). Lines without a prefix of their own take
+    the (file, rank)'s most common host, ties to the smallest.
+    """
+    nccl = pl.col("text").str.extract(NCCL_HOST)
+    pdsh = pl.col("text").str.extract("^" + HOST_PREFIX)
+    frequent = pl.len().over("file", "_pdsh") >= MIN_HOST_LINES
+    return (
+        lines.with_columns(_pdsh=pdsh)
+        .with_columns(_own=pl.coalesce(nccl, pl.when(pl.col("_pdsh").is_not_null() & frequent).then("_pdsh")))
+        .with_columns(
+            host=pl.coalesce("_own", pl.col("_own").drop_nulls().mode().min().over(["file", pl.col("rank").fill_null(-1)]))
+        )
+        .drop("_pdsh", "_own")
     )
 
 
@@ -201,7 +219,7 @@ def read_text_files(root: Path, files: Iterable[TextFile]) -> tuple[pl.DataFrame
     lines = _prefix_ranks(cleaned)
     lines = _resolve_ranks(lines, names)
     lines = _blocks(lines)
-    lines = _host_from_nccl(lines).with_columns(time=line_time(pl.col("text"), year)).collect()
+    lines = _hosts(lines).with_columns(time=line_time(pl.col("text"), year)).collect()
     conflicts = _rank_conflicts(lines)
     return conform(lines, LINES), statuses, conflicts
 
