@@ -28,3 +28,8 @@ def test_rank_named_by_the_others_is_the_culprit_not_the_one_it_names():
 def test_two_ranks_naming_each_other_is_a_tie_and_names_no_one():
     rows = [_mismatch(0, 1, "ALLREDUCE", "ALLGATHER", 10), _mismatch(1, 0, "ALLGATHER", "ALLREDUCE", 11)]
     assert odd_rank_out(conform(pl.DataFrame(rows), FINDINGS)).is_empty()
+
+
+def test_a_single_accusation_names_no_one():
+    # deepspeed#7568: only rank 2's error survives; it says rank 3 differs, which is as true of rank 2.
+    assert odd_rank_out(conform(pl.DataFrame([_mismatch(2, 3, "ALLREDUCE", "GATHER", 1)]), FINDINGS)).is_empty()

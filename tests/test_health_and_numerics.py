@@ -124,6 +124,21 @@ def test_rank_zero_busy_preprocessing_is_the_rank_the_others_waited_for(incident
     verdict = analyze(incident({"console.log": "\n".join(AXOLOTL_BUSY_RANK0) + "\n"})).verdict
     assert (verdict.category, verdict.culprit_ranks, verdict.state) == ("COLLECTIVE_TIMEOUT", [0], "hung")
     assert verdict.first_failure["line"] == 1 and "Tokenizing Prompts" in verdict.first_failure["text"]
+    assert "waited for 1,800 s (console.log:2)" in verdict.summary  # the timeout rank 0 was given, cited
+
+
+def test_the_configured_timeout_is_read_in_every_unit_the_waiting_lines_use():
+    from forensics.passes.busy_rank import _configured_timeout
+
+    texts = {
+        "[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms": 1800,
+        "[Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=749, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800073 milliseconds before timing out.": 1800,
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for key: store_based_barrier_key:1 (world_size=8, worker_count=2, timeout=0:30:00)": 1800,
+        "Loading the dataset, then waiting 30 seconds": None,
+    }
+    for text, seconds in texts.items():
+        found = _configured_timeout(lines_frame([text]))
+        assert (found["seconds"] if found else None) == seconds, text
 
 
 def test_no_busy_rank_when_rank_zero_timed_out_too(incident):

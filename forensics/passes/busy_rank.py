@@ -10,7 +10,9 @@ Notes:
     - HANG006 busy: some rank other than 0 timed out or waits in a barrier (a
       COLLECTIVE_TIMEOUT finding, or a traceback frame in `main_process_first` /
       `barrier`), rank 0 has no timeout of its own, and an untagged or rank-0
-      preprocessing progress bar precedes the waiting lines. Cites the last such bar.
+      preprocessing progress bar precedes the waiting lines. Cites the last such bar,
+      and the timeout the waiting ranks ran into when a line states it (`Timeout(ms)=`,
+      `timed out after 1800000ms`, `timeout=0:30:00`, `timedelta(seconds=1800)`): how long rank 0 was given.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ PREPROCESSING_BAR = (
     r"(?i)(?:map|tokeniz|running tokenizer|filter|preprocess|pre-process|convert|packing|grouping|formatting|loading dataset)"
     r"[^|\n]{0,60}:?\s+\d{1,3}%\|"
 )
+# The configured timeout, as the waiting ranks' own lines state it: milliseconds, h:mm:ss, or seconds.
+TIMEOUT_MS = r"Timeout\(ms\)=(\d+)|timed out after (\d+) ?ms\b"
+TIMEOUT_HMS = r"\btimeout[=:] ?(\d+:\d\d:\d\d)\b"
+TIMEOUT_S = r"\btimeout=datetime\.timedelta\(seconds=(\d+)"
 WAITING_FRAME = r"in main_process_first\b|main_process_first\(|in barrier\b|dist\.barrier\(|in _store_based_barrier\b|in monitored_barrier\b"
 
 
@@ -53,13 +59,39 @@ def busy_rank_zero(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
     )
     if bars.is_empty():
         return empty(FINDINGS)
+    timeout = _configured_timeout(lines.join(waiting, on=["file", "line"], how="semi"))
+    given = f" for {timeout['seconds']:,} s ({timeout['file']}:{timeout['line']})" if timeout else ""
     last = bars.tail(1).with_columns(
         rank=pl.lit(0, pl.Int32),
         pattern=pl.lit("HANG006"),
-        title=pl.lit("Rank 0 was still preprocessing data (its progress bar, printed by the main process only) while the others waited and timed out"),
+        title=pl.lit(
+            f"Rank 0 was still preprocessing data (its progress bar, printed by the main process only) while the others waited{given} and timed out"
+        ),
         category=pl.lit("COLLECTIVE_TIMEOUT"),
         severity=pl.lit("error"),
         role=pl.lit("initiating"),
-        captures=pl.struct(waiting_line=pl.col("wait_line"), attribution=pl.lit("untagged preprocessing bar -> main process (rank 0)")).struct.json_encode(),
+        captures=pl.struct(
+            waiting_line=pl.col("wait_line"),
+            attribution=pl.lit("untagged preprocessing bar -> main process (rank 0)"),
+            timeout_s=pl.lit(timeout["seconds"] if timeout else None, pl.Int64),
+        ).struct.json_encode(),
     )
     return conform(last, FINDINGS)
+
+
+def _configured_timeout(waiting_lines: pl.DataFrame) -> dict | None:
+    """The first timeout a waiting line states, in whole seconds, with its file and line."""
+    text = pl.col("text")
+    hms = text.str.extract(TIMEOUT_HMS).str.split(":").list.eval(pl.element().cast(pl.Int64))
+    stated = (
+        waiting_lines.with_columns(
+            seconds=pl.coalesce(
+                pl.coalesce(text.str.extract(TIMEOUT_MS, 1), text.str.extract(TIMEOUT_MS, 2)).cast(pl.Int64, strict=False) // 1000,
+                text.str.extract(TIMEOUT_S).cast(pl.Int64, strict=False),
+                hms.list.get(0, null_on_oob=True) * 3600 + hms.list.get(1, null_on_oob=True) * 60 + hms.list.get(2, null_on_oob=True),
+            )
+        )
+        .filter(pl.col("seconds").is_not_null())
+        .sort("file", "line")
+    )
+    return stated.select("file", "line", "seconds").row(0, named=True) if not stated.is_empty() else None

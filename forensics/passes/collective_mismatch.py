@@ -6,7 +6,8 @@ Notes:
     ...` (pattern DIST023), naming itself (A) and the first differing peer (B). The odd
     one out is named by most ranks, while it names somebody else: in a 4-rank job where
     rank 1 ran ALLGATHER, ranks 0, 2 and 3 name rank 1 and rank 1 names rank 0. The
-    culprit is the rank named by the most distinct other ranks; a tie names no one.
+    culprit is the rank named by the most distinct other ranks; a tie names no one, and
+    so does a single accusation: "A differs from B" says as much about A as about B.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def odd_rank_out(findings: pl.DataFrame) -> pl.DataFrame:
         .agg(voters=pl.col("reporter").n_unique(), named_op=pl.col("named_op").mode().first(), others_op=pl.col("own_op").mode().first(), seq=pl.col("seq").first())
         .sort(["voters", "named"], descending=[True, False])
     )
-    if votes.is_empty() or (votes.height > 1 and votes["voters"][0] == votes["voters"][1]):
+    if votes.is_empty() or votes["voters"][0] < 2 or (votes.height > 1 and votes["voters"][0] == votes["voters"][1]):
         return empty(FINDINGS)
     winner = votes.row(0, named=True)
     culprit = winner["named"]
@@ -51,7 +52,7 @@ def odd_rank_out(findings: pl.DataFrame) -> pl.DataFrame:
     return conform(
         cited.with_columns(
             pattern=pl.lit("DESYNC002"),
-            title=pl.lit("Rank called a different collective than its peers"),
+            title=pl.lit(f"Rank {culprit} called a different collective than its peers"),
             category=pl.lit("COLLECTIVE_TIMEOUT"),
             severity=pl.lit("critical"),
             role=pl.lit("initiating"),
