@@ -115,13 +115,15 @@ def test_only_cascades_is_a_collective_timeout_without_culprit():
 
 def test_nothing_is_no_failure():
     lines = conform(
-        pl.DataFrame({"file": "rank_0.log", "line": [1, 2], "rank": 0, "text": ["step 1 | loss 3.5", "step 2 | loss 3.4"]}),
+        pl.DataFrame({"file": "rank_0.log", "line": [1, 2, 3], "rank": 0, "text": ["step 1 | loss 3.5", "step 2 | loss 3.4", "step 3 | loss 3.3"]}),
         LINES,
     )
     v = verdict_of([], lines)
-    assert v.category == Category.NO_FAILURE  # both ranks' streams still log metrics at their end
+    assert v.category == Category.NO_FAILURE  # the stream still logs metrics at its end
     assert v.state == "healthy"
     assert v.first_failure is None and v.hypotheses == []
+    two_steps = verdict_of([], lines.head(2))
+    assert (two_steps.category, two_steps.state) == (Category.UNKNOWN, "unknown")  # two steps are not yet a run going on
 
 
 def test_events_and_info_findings_are_not_failures_nor_proof_of_health():

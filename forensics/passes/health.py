@@ -8,8 +8,10 @@ Notes:
     - last_step: a progress line `N/M` (Megatron `iteration N/ M`, `step N/M`) carrying
       training metrics, whose N reached M;
     - progressing: every stream (file, rank) that logs training metrics still logs them
-      in its last PROGRESS_TAIL lines, and no stream was cut mid-line or stopped short of
-      the total it announced. A pasted excerpt of a live, healthy run proves this much.
+      in its last PROGRESS_TAIL lines, has logged at least MIN_PROGRESS_STEPS distinct
+      steps (metric lines, where they carry no step number), and no stream was cut
+      mid-line or stopped short of the total it announced. A pasted excerpt of a live,
+      healthy run proves this much; two steps are not yet a run going on.
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
     without a word:
     - STOP001 a text file whose last line has no newline: its writer died mid-line;
@@ -27,6 +29,7 @@ import polars as pl
 from forensics.schema import FINDINGS, Category, conform, empty
 
 PROGRESS_TAIL = 5
+MIN_PROGRESS_STEPS = 3
 # `iteration 120/ 5000`, `step 120/5000`, `iter [120/5000]`: the step and the announced total.
 PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
 PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
@@ -105,14 +108,17 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
     proofs.append(conform(last.filter(pl.col("step") >= pl.col("total")).with_columns(kind=pl.lit("last_step")), PROOFS))
 
     stopped = findings.filter(pl.col("pattern").is_in(["STOP001", "STOP002"]))
-    metric_streams = metrics.select(STREAM).unique()
+    metric_streams = metrics.group_by(STREAM).agg(
+        steps=pl.when(pl.col("step").is_not_null().any()).then(pl.col("step").drop_nulls().n_unique()).otherwise(pl.len())
+    )
+    too_short = metric_streams.filter(pl.col("steps") < MIN_PROGRESS_STEPS)
     tail_metrics = _tails(lines).join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
     ending_with_metrics = tail_metrics.select(STREAM).unique()
     all_progress = (
         not metric_streams.is_empty()
         and metric_streams.join(ending_with_metrics, on=STREAM, how="anti", nulls_equal=True).is_empty()
     )
-    if all_progress and stopped.is_empty():
+    if all_progress and stopped.is_empty() and too_short.is_empty():
         closing = tail_metrics.sort("line").group_by(STREAM, maintain_order=True).last().with_columns(kind=pl.lit("progressing"))
         proofs.append(conform(closing, PROOFS))
     return pl.concat(proofs).sort(["kind", "file", "line"])
