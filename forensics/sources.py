@@ -35,8 +35,10 @@ SOURCES: list[Step] = [
 PASSES: list[Step] = [
     Step("attribution", collectives.attribution_pass),
     Step("traceback-context", exceptions.traceback_context_pass),
+    Step("stack-dumps", exceptions.stack_dump_pass),
     Step("collective-mismatch", exceptions.collective_mismatch_pass),
     Step("hang", collectives.hang_pass),
+    Step("stalled-rank", exceptions.stalled_rank_pass),
     Step("busy-rank", collectives.busy_rank_pass),
     Step("gpu-health", gpu.gpu_health_pass),
     Step("timing", timing.timing_pass),

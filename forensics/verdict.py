@@ -272,7 +272,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
     code, a kill or an abort of its own; hung: collectives timed out or a hang was
-    localized while the culprit went quiet, even if the watchdog then aborted everyone;
+    localized while the culprit went quiet, even if the watchdog then aborted everyone, or
+    a stack dump shows processes waiting;
     diverged: numerics went bad while the processes kept running; slow: nothing died
     and something was slower than it should be; unknown: none of that is evident.
     """
@@ -293,7 +294,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     )
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
     timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
-    hang_evidence = not failures.filter(timed_out | pl.col("pattern").str.starts_with("HANG")).is_empty()
+    waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK")  # localized, or dumped while waiting
+    hang_evidence = not failures.filter(timed_out | waiting).is_empty()
     if category == Category.NUMERICAL:
         return "crashed" if anyone_died else "diverged"
     if culprit_died:

@@ -37,7 +37,8 @@ PREFIX = (
     r"(?:"
     r"\s*(?:P\d+ +)?\s*\d+: "  # srun --label, right-aligned task id
     r"|\[\d+,\d+\]<std(?:out|err)>:"  # mpirun --tag-output
-    r"|\[[A-Za-z_]*\d+\]:[ ]?"  # torchrun [default0]: / c10 [rank0]:
+    r"|\[rank\d+\]: ?"  # c10 `[rank0]: ` (one space of its own)
+    r"|\[[A-Za-z_]*\d+\]:"  # torchrun --tee `[default0]:` (the payload follows at once)
     r"|\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "  # Ray actor
     r"|[\w.]+/\d+ "  # NeMo-Run / torchx role
     r")*"

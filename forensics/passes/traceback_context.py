@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics.passes.frames import CHECKPOINT_FRAMES, DATALOADER_FRAMES, FRAME, THREAD_HEADER
 from forensics.schema import FINDINGS, conform, empty
 
 EXCEPTION_LINE = r"(?:^|\]:?\s?|: )(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s|$)"
-FRAME = r'File "[^"]+", line \d+'
 
 # (pattern id, category, title, frames that decide it, generic patterns it overrides)
 CONTEXTS = [
@@ -37,14 +37,14 @@ CONTEXTS = [
         "CTX001",
         "CHECKPOINT_IO",
         "Exception raised inside checkpoint save/load code",
-        r"torch/serialization\.py|torch/distributed/checkpoint/|safetensors|in _{0,2}(?:save|load)_(?:zero_)?checkpoint\b|in _save\b",
+        CHECKPOINT_FRAMES,
         frozenset(),
     ),
     (
         "CTX002",
         "DATA_PIPELINE",
         "Exception raised inside DataLoader code",
-        r"torch/utils/data/|in _worker_loop\b",
+        DATALOADER_FRAMES,
         frozenset(),
     ),
     (
@@ -68,13 +68,19 @@ STREAM = ["file", "block", "rank"]
 
 
 def _tracebacks(lines: pl.DataFrame) -> pl.LazyFrame:
-    """The lines of every Python traceback block (one whose header was cut off included)."""
+    """The lines of every Python traceback block (one whose header was cut off included).
+
+    A live thread's stack in a faulthandler dump has traceback-like frames but raised
+    nothing: its block (opened by a thread header) is not a traceback.
+    """
     blocks = (
         lines.lazy()
         .filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True) | pl.col("text").str.contains(FRAME))
         .select(STREAM)
         .unique()
     )
+    dumps = lines.lazy().filter(pl.col("text").str.contains(THREAD_HEADER)).select(STREAM).unique()
+    blocks = blocks.join(dumps, on=STREAM, how="anti", nulls_equal=True)
     return lines.lazy().join(blocks, on=STREAM, how="semi", nulls_equal=True)
 
 

@@ -1,9 +1,10 @@
-"""Exception steps over findings and lines: frame context, uncaught exceptions, DETAIL collective mismatches."""
+"""Exception and stack steps over findings and lines: frame context, uncaught exceptions, stack dumps, DETAIL collective mismatches."""
 
 from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
+from forensics.passes.stacks import stack_waits, what_the_stalled_rank_did
 from forensics.passes.traceback_context import classify_by_frames, demote_overridden, uncaught_exceptions
 from forensics.steps.common import Progress
 
@@ -19,3 +20,13 @@ def traceback_context_pass(incident: Incident, progress: Progress) -> None:
 def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:
     """The rank its peers' DETAIL fingerprint checks name as running another collective."""
     incident.add_findings(odd_rank_out(incident.findings))
+
+
+def stack_dump_pass(incident: Incident, progress: Progress) -> None:
+    """What each thread of a py-spy or faulthandler dump was waiting in."""
+    incident.add_findings(stack_waits(incident.lines))
+
+
+def stalled_rank_pass(incident: Incident, progress: Progress) -> None:
+    """A rank blamed for a hang takes the category of what its own stack dump shows it doing."""
+    incident.findings = what_the_stalled_rank_did(incident.findings)

@@ -1,0 +1,22 @@
+"""What stack frames look like: Python tracebacks, py-spy and faulthandler dumps, and the
+code locations that place a frame in a subsystem. Shared by the traceback and stack passes."""
+
+from __future__ import annotations
+
+# A Python traceback frame: `  File "train.py", line 12, in main` (faulthandler: `line 12 in main`).
+FRAME = r'File "[^"]+", line \d+'
+# Both may follow a launcher's `[rank3]:` / `[default3]:` prefix.
+# The header of one thread in a live dump: py-spy `Thread 120142 (idle): "MainThread"`,
+# faulthandler `Thread 0x00007f… (most recent call first):` / `Current thread 0x… (…):`.
+THREAD_HEADER = (
+    r"(?:^|\]:)\s*(?:Thread \d+ \(\w+\)(?:: \"[^\"]*\")?"
+    r"|(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):)\s*$"
+)
+# A frame line of either dumper: py-spy `    func (file.py:12)`, faulthandler `  File "file.py", line 12 in func`.
+STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \S+)\s*$"
+
+CHECKPOINT_FRAMES = (
+    r"torch/serialization\.py|torch/distributed/checkpoint/|dist_checkpointing/|safetensors"
+    r"|\b_{0,2}(?:save|load)_(?:zero_)?checkpoint\b|in _save\b"
+)
+DATALOADER_FRAMES = r"torch/utils/data/|in _worker_loop\b"

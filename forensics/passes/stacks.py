@@ -1,0 +1,99 @@
+"""Where a live process was waiting: py-spy dumps and faulthandler stacks.
+
+Notes:
+    A stack dump is taken of a job that hangs (py-spy dump, faulthandler on SIGTERM or
+    SIGUSR1, `dump_traceback_later`). Each thread's block opens with a header — py-spy
+    `Thread 120142 (idle): "MainThread"`, faulthandler `Thread 0x00007f… (most recent call
+    first):` or `Current thread 0x…` — and lists its frames most recent first: py-spy
+    `    func (path.py:123)`, faulthandler `  File "path.py", line 123 in func`. The line
+    splitter already groups a header with its indented frames into one block.
+    A thread's frames say what it waited for, first matching context wins:
+    - STACK001 (DATA_PIPELINE, initiating): waiting for a DataLoader batch; the workers
+      are stuck or dead and the step cannot start;
+    - STACK002 (CHECKPOINT_IO, initiating): inside checkpoint save/load code;
+    - STACK003 (COLLECTIVE_TIMEOUT, symptom): waiting in a collective or barrier, which
+      is what the victims of a hang do while they wait for the one rank that is not there.
+    One finding per (file, rank, context), citing the deciding frame of the first such thread.
+    `what_the_stalled_rank_did`: a rank that hang localization blamed (HANG00x: it never
+    reached the collective the others waited in) and whose own dump shows it waiting for
+    data or inside checkpoint code stalled for that reason: its HANG finding takes the
+    dump's category and says so. The dump's line stays cited as its own finding.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.passes.frames import CHECKPOINT_FRAMES, STACK_FRAME, THREAD_HEADER
+from forensics.schema import FINDINGS, conform, empty
+
+# (pattern id, category, role, title, frames that decide it)
+WAITS = [
+    (
+        "STACK002", "CHECKPOINT_IO", "initiating", "Stack dump: a thread was inside checkpoint save/load code",
+        CHECKPOINT_FRAMES,
+    ),
+    (
+        "STACK001", "DATA_PIPELINE", "initiating", "Stack dump: the training thread was waiting for a DataLoader batch",
+        r"torch/utils/data/dataloader\.py",  # the consumer's side; the pin-memory thread always idles
+    ),
+    (
+        "STACK003", "COLLECTIVE_TIMEOUT", "symptom", "Stack dump: a thread was waiting in a collective or barrier",
+        r"torch/distributed/distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|barrier|monitored_barrier)\b.*torch/distributed",
+    ),
+]
+STREAM = ["file", "rank", "block"]
+
+
+def stack_waits(lines: pl.DataFrame) -> pl.DataFrame:
+    """STACK00x findings: what each dumped thread was waiting in."""
+    if lines.is_empty():
+        return empty(FINDINGS)
+    headers = lines.lazy().filter(pl.col("text").str.contains(THREAD_HEADER)).select(*STREAM, header=pl.col("text").str.strip_chars())
+    frames = (
+        lines.lazy()
+        .join(headers, on=STREAM, how="inner", nulls_equal=True)
+        .filter(pl.col("text").str.contains(STACK_FRAME))
+    )
+    found = []
+    for pattern, category, role, title, where in WAITS:
+        deciding = (
+            frames.filter(pl.col("text").str.contains(where))
+            .sort("line")
+            .group_by(["file", "rank"], maintain_order=True)
+            .first()
+            .with_columns(
+                pattern=pl.lit(pattern),
+                title=pl.lit(title),
+                category=pl.lit(category),
+                severity=pl.lit("error"),
+                role=pl.lit(role),
+                captures=pl.struct(thread="header").struct.json_encode(),
+            )
+        )
+        found.append(deciding)
+    result = pl.concat(found).collect()
+    # A thread counts once: the first context in WAITS order that its frames match.
+    first_per_thread = result.unique(STREAM, keep="first", maintain_order=True)
+    return conform(first_per_thread, FINDINGS)
+
+
+def what_the_stalled_rank_did(findings: pl.DataFrame) -> pl.DataFrame:
+    """HANG findings re-categorized by the stalled rank's own stack dump (see Notes)."""
+    doing = (
+        findings.filter(pl.col("pattern").is_in(["STACK001", "STACK002"]) & pl.col("rank").is_not_null())
+        .sort("file", "line")
+        .group_by("rank", maintain_order=True)
+        .first()
+        .select("rank", _doing_category="category", _doing_title="title", _doing_at=pl.format("{}:{}", "file", "line"))
+    )
+    if doing.is_empty():
+        return findings
+    stalled = pl.col("pattern").str.starts_with("HANG") & (pl.col("role") == "initiating") & pl.col("_doing_category").is_not_null()
+    explained = findings.join(doing, on="rank", how="left", maintain_order="left").with_columns(
+        category=pl.when(stalled).then("_doing_category").otherwise("category"),
+        title=pl.when(stalled)
+        .then(pl.format("{}; its own stack dump ({}) shows why: {}", "title", "_doing_at", pl.col("_doing_title").str.replace("^Stack dump: ", "")))
+        .otherwise("title"),
+    )
+    return explained.drop("_doing_category", "_doing_title", "_doing_at")

@@ -1,0 +1,73 @@
+"""Stack dumps of live processes (py-spy, faulthandler) say what each thread was waiting in."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.analyze import analyze
+from forensics.passes.stacks import stack_waits, what_the_stalled_rank_did
+from forensics.passes.traceback_context import uncaught_exceptions
+from tests.conftest import findings_frame, lines_frame
+from forensics.schema import FINDINGS
+
+PY_SPY_DATALOADER = [  # ray-project/ray#52598: a Ray Train worker stuck on its DataLoader (py-spy dump)
+    "Thread 120110 (idle): \"Thread-1\"",
+    "    push_local_metrics (ray/train/v2/_internal/callbacks/metrics.py:223)",
+    "    run (threading.py:917)",
+    "Thread 120142 (idle): \"TrainingThread(train_fn_per_worker)\"",
+    "    select (selectors.py:416)",
+    "    get (multiprocessing/queues.py:113)",
+    "    _try_get_data (torch/utils/data/dataloader.py:1133)",
+    "    _get_data (torch/utils/data/dataloader.py:1278)",
+    "    train_fn_per_worker (train_benchmark.py:340)",
+]
+PY_SPY_ASYNC_SAVE = [  # NVIDIA/Megatron-LM#2422: the main thread joins the async checkpoint writer
+    "Thread 36380 (idle): \"MainThread\"",
+    "    poll (multiprocessing/popen_fork.py:27)",
+    "    join (multiprocessing/process.py:149)",
+    "    close (core/dist_checkpointing/strategies/async_utils.py:248)",
+    "    save (core/dist_checkpointing/serialization.py:396)",
+    "Thread 38606 (idle): \"Thread-2 (_pin_memory_loop)\"",
+    "    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:52)",
+]
+# fixtures/incidents/rank_data_hang_faulthandler: faulthandler on torchrun's SIGTERM, through --tee.
+FAULTHANDLER_TEE = [
+    "[default2]:Current thread 0x00007f7b2bbc3b80 (most recent call first):",
+    '[default2]:  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py", line 113 in get',
+    '[default2]:  File "/work/torchenv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1291 in _try_get_data',
+    '[default2]:  File "/work/main/fixtures/generate/train.py", line 137 in train',
+]
+
+
+def test_py_spy_dataloader_wait_is_data_pipeline_citing_the_frame():
+    found = stack_waits(lines_frame(PY_SPY_DATALOADER, rank=None))
+    assert found.select("pattern", "category", "line").rows() == [("STACK001", "DATA_PIPELINE", 7)]
+
+
+def test_checkpoint_code_wins_and_the_idle_pin_memory_thread_says_nothing():
+    found = stack_waits(lines_frame(PY_SPY_ASYNC_SAVE, rank=None))
+    assert found.select("pattern", "category", "line").rows() == [("STACK002", "CHECKPOINT_IO", 4)]
+
+
+def test_a_faulthandler_dump_behind_a_launcher_prefix_is_one_block_and_no_traceback(incident):
+    analysis = analyze(incident({"console.log": "\n".join(FAULTHANDLER_TEE) + "\n"}))
+    lines = analysis.incident.lines
+    assert lines["block"].unique().to_list() == [1]  # `[default2]:` takes no space of the payload's indent
+    assert lines["rank"].unique().to_list() == [2]
+    patterns = analysis.incident.findings["pattern"].to_list()
+    assert "STACK001" in patterns and not {"CTX002", "EXC002"} & set(patterns)
+    assert uncaught_exceptions(lines, pl.DataFrame(schema=FINDINGS)).is_empty()
+
+
+def test_the_rank_a_hang_blames_takes_the_category_of_its_own_dump():
+    findings = findings_frame([
+        {"pattern": "HANG002", "category": "COLLECTIVE_TIMEOUT", "role": "initiating", "rank": 2, "file": "console.log",
+         "line": 139, "title": "Rank missing from the collective-timeout crowd", "severity": "error"},
+        {"pattern": "STACK001", "category": "DATA_PIPELINE", "role": "initiating", "rank": 2, "file": "console.log",
+         "line": 132, "title": "Stack dump: the training thread was waiting for a DataLoader batch", "severity": "error"},
+        {"pattern": "HANG002", "category": "COLLECTIVE_TIMEOUT", "role": "initiating", "rank": 5, "file": "console.log",
+         "line": 140, "title": "Rank missing from the collective-timeout crowd", "severity": "error"},
+    ])
+    explained = what_the_stalled_rank_did(findings).sort("line")
+    assert explained["category"].to_list() == ["DATA_PIPELINE", "DATA_PIPELINE", "COLLECTIVE_TIMEOUT"]
+    assert "its own stack dump (console.log:132) shows why" in explained["title"][1]
