@@ -71,3 +71,19 @@ def test_the_rank_a_hang_blames_takes_the_category_of_its_own_dump():
     explained = what_the_stalled_rank_did(findings).sort("line")
     assert explained["category"].to_list() == ["DATA_PIPELINE", "DATA_PIPELINE", "COLLECTIVE_TIMEOUT"]
     assert "its own stack dump (console.log:132) shows why" in explained["title"][1]
+
+
+NCCL_1504 = [  # NVIDIA/nccl#1504: a kernel's assertion lines (untagged), then rank 1's traceback
+    '../aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [0,0,0], thread: [30,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.',
+    '../aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [0,0,0], thread: [31,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.',
+    "[rank1]: Traceback (most recent call last):",
+    '[rank1]:   File "/root/miniconda3/envs/pippy/lib/python3.10/site-packages/torch/distributed/pipelining/stage.py", line 580, in forward_one_chunk',
+]
+
+
+def test_untagged_cuda_assert_lines_belong_to_the_rank_whose_traceback_follows(incident):
+    verdict = analyze(incident({"console.log": "\n".join(NCCL_1504) + "\n"})).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("CUDA_ERROR", [1])
+    # Not when another rank's line comes first: then nothing says whose kernel it was.
+    other = NCCL_1504[:2] + ["[rank0]: step 12 | loss 2.31"] + NCCL_1504[2:]
+    assert analyze(incident({"console.log": "\n".join(other) + "\n"})).verdict.culprit_ranks == []

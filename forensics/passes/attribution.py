@@ -5,6 +5,11 @@ console or kernel logs without a rank prefix, yet name the worker: a `rank` capt
 the global rank; a `pid` capture maps through the pids that NCCL init lines and the
 torchrun failure table tie to ranks; a `local_rank` capture is the global rank only on
 a single-node job, so it is used only when at most one host is known.
+A CUDA runtime message carries no rank either: the device-side assertion lines a kernel
+prints (`IndexKernel.cu:93: ... Assertion ... failed.`) go straight to stderr, past the
+launcher's prefix. When the next rank-tagged line of the file, within
+NATIVE_RUN_MAX_LINES, opens a traceback, that rank printed them: the process that
+raises is the one whose kernel failed (`attribute_native_runs`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ from __future__ import annotations
 import polars as pl
 
 from forensics.ingest.nccl import process_ranks
+
+NATIVE_RUN_MAX_LINES = 64  # a device assert prints one line per failing thread (up to a warp)
+NATIVE_CATEGORIES = ["CUDA_ERROR", "CUDA_OOM"]
 
 
 def pid_ranks(exits: pl.DataFrame | None, topology: pl.DataFrame | None) -> pl.DataFrame:
@@ -69,4 +77,29 @@ def fill_hosts(findings: pl.DataFrame, hosts: pl.DataFrame) -> pl.DataFrame:
         findings.join(hosts.rename({"host": "_host"}), on="rank", how="left", maintain_order="left")
         .with_columns(host=pl.coalesce("host", "_host"))
         .drop("_host")
+    )
+
+
+def attribute_native_runs(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Rank for untagged CUDA runtime findings printed just before one rank's traceback (see module notes)."""
+    orphans = findings.filter(pl.col("rank").is_null() & pl.col("category").is_in(NATIVE_CATEGORIES) & pl.col("line").is_not_null())
+    if orphans.is_empty() or lines.is_empty():
+        return findings
+    tagged = (
+        lines.filter(pl.col("rank").is_not_null())
+        .select("file", pl.col("line").alias("next_line"), next_rank="rank",
+                opens_traceback=pl.col("text").str.contains("Traceback (most recent call last)", literal=True))
+        .sort("file", "next_line")
+    )
+    claimed = (
+        orphans.select("file", "line").unique().sort("file", "line")
+        .join_asof(tagged, left_on="line", right_on="next_line", by="file", strategy="forward", check_sortedness=False)
+        .filter(pl.col("opens_traceback") & (pl.col("next_line") - pl.col("line") <= NATIVE_RUN_MAX_LINES))
+        .select("file", "line", "next_rank")
+    )
+    native = pl.col("category").is_in(NATIVE_CATEGORIES)
+    return (
+        findings.join(claimed, on=["file", "line"], how="left", maintain_order="left")
+        .with_columns(rank=pl.when(native).then(pl.coalesce("rank", "next_rank")).otherwise("rank"))
+        .drop("next_rank")
     )

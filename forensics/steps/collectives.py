@@ -6,7 +6,7 @@ from forensics.incident import Incident
 from forensics.ingest.c10d import COLLECTIVES, parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
-from forensics.passes.attribution import attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
+from forensics.passes.attribution import attribute_native_runs, attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
 from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
@@ -62,9 +62,11 @@ def render_collectives_section(incident: Incident) -> str | None:
 
 
 def attribution_pass(incident: Incident, progress: Progress) -> None:
-    """Ranks for launcher and kernel lines that name a worker by rank, pid or local rank."""
+    """Ranks for launcher and kernel lines that name a worker by rank, pid or local rank, and for
+    CUDA runtime lines printed just before one rank's traceback."""
     exits, topology = incident.tables.get("exits"), incident.tables.get("nccl_topology")
     single_node = len(known_hosts(incident.lines, exits, topology)) <= 1
     incident.findings = attribute_ranks(incident.findings, pid_ranks(exits, topology), single_node)
+    incident.findings = attribute_native_runs(incident.findings, incident.lines)
     incident.tables["rank_hosts"] = rank_hosts(incident.lines, exits, topology)
     incident.findings = fill_hosts(incident.findings, incident.tables["rank_hosts"])
