@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from forensics.report.markup import inert
 from forensics.schema import SEVERITY_ORDER
 
 app = typer.Typer(
@@ -46,11 +47,11 @@ class FailOn(StrEnum):
 
 def _progress(message: str) -> None:
     if sys.stderr.isatty():
-        typer.echo(f"forensics: {message}", err=True)
+        typer.echo(f"forensics: {inert(message)}", err=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"forensics: error: {message}", err=True)
+    typer.echo(f"forensics: error: {inert(message)}", err=True)
     return typer.Exit(code)
 
 
@@ -68,11 +69,13 @@ def analyze(
     from forensics.report.verdict_json import render_json
     from forensics.output import write_report
 
+    target = out if out is not None else Path("forensics-report") / directory.resolve().name
+    if overlap := _overlap(directory, target):
+        raise _fail(overlap)
     try:
         analysis = run_analysis(directory, progress=_progress)
     except InputError as exc:
         raise _fail(str(exc)) from None
-    target = out if out is not None else Path("forensics-report") / directory.resolve().name
     try:
         write_report(analysis, target, frames=frames)
     except OSError as exc:
@@ -81,13 +84,25 @@ def analyze(
     if output_format == OutputFormat.json:
         typer.echo(render_json(analysis), nl=False)
     else:
-        typer.echo(f"{verdict.category} ({verdict.state}, confidence {verdict.confidence:.2f}): {verdict.summary}")
-        typer.echo(f"report: {target / 'postmortem.md'}")
+        typer.echo(f"{verdict.category} ({verdict.state}, confidence {verdict.confidence:.2f}): {inert(verdict.summary)}")
+        typer.echo(f"report: {inert(target / 'postmortem.md')}")
     if fail_on is not None:
         threshold = SEVERITY_ORDER[fail_on.value]
         severities = analysis.incident.findings.filter(analysis.incident.findings["role"] != "event")["severity"]
         if any(SEVERITY_ORDER.get(s, 0) >= threshold for s in severities.to_list()):
             raise typer.Exit(3)
+
+
+def _overlap(directory: Path, out: Path) -> str | None:
+    """Why OUT may not be used with DIR: the report must never mix with, or be read as, the input."""
+    given, target = directory.resolve(), out.resolve()
+    if target == given:
+        return f"--out {out} is the incident folder itself: choose a folder outside it"
+    if target.is_relative_to(given):
+        return f"--out {out} lies inside the incident folder: the next run would read the report as input"
+    if given.is_relative_to(target):
+        return f"--out {out} contains the incident folder: choose a folder beside it"
+    return None
 
 
 @app.command()

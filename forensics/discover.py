@@ -17,7 +17,7 @@ import polars as pl
 from forensics.ingest.flight_recorder import sniff_flight_recorder
 from forensics.ingest.gpu import sniff_gpu_kind
 from forensics.ingest.text import compression_of, looks_binary, read_head
-from forensics.schema import INPUTS, InputKind, InputStatus
+from forensics.schema import INPUTS, MAX_RANKS, InputKind, InputStatus
 
 METADATA_NAMES = {"expected.json", "SOURCE.md", "README.md", "NOTES.md"}
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
@@ -40,12 +40,14 @@ def rank_from_name(path: str) -> tuple[int | None, int | None]:
     """(global rank, local rank) suggested by a path; torchrun trees give a local rank."""
     tree = TORCHRUN_TREE.search(path)
     if tree:
-        return None, int(tree.group(1))
+        local = int(tree.group(1))
+        return None, local if local < MAX_RANKS else None
     name = path.rsplit("/", 1)[-1]
     for pattern in NAME_RANK:
         match = pattern.search(name)
         if match:
-            return int(match.group(1)), None
+            rank = int(match.group(1))
+            return (rank, None) if rank < MAX_RANKS else (None, None)
     return None, None
 
 
@@ -120,12 +122,28 @@ def _walk(root: Path) -> list[tuple[str, Path | None, str | None]]:
             continue
         for child in children:
             rel, full, problem, descend = _entry(root, child)
-            if descend:
-                if not child.name.startswith(".git"):
-                    pending.append(Path(child.path))
+            if not _encodable(rel):
+                entries.append((_escaped(rel), None, "name is not valid UTF-8: not read"))
+            elif descend and child.name == ".git":
+                entries.append((rel + "/", None, "version-control folder: not read"))
+            elif descend:
+                pending.append(Path(child.path))
             else:
                 entries.append((rel, full, problem))
     return sorted(entries, key=lambda e: e[0])
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the OS handed over undecoded (surrogate escapes)
+        return False
+    return True
+
+
+def _escaped(name: str) -> str:
+    """A path whose undecodable bytes are shown as \\xNN, fit for tables and reports."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def discover(root: Path) -> pl.DataFrame:

@@ -1,11 +1,18 @@
 """Write an analysis to OUT: postmortem.md, verdict.json, figures/, frames/*.parquet.
 
 Only fixed names under OUT are written: nothing derived from input file names or log
-content becomes a path, so no input can direct a write outside OUT.
+content becomes a path, so no input can direct a write outside OUT. Reports and frames
+are written to a temporary name and renamed into place, so a run killed mid-write never
+leaves a half verdict.json that looks whole. OUT/.forensics-written lists what the run
+wrote; the next run into the same OUT removes exactly those files first (the figures
+and frames of another incident must not linger) and nothing else.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from forensics import sources
@@ -14,21 +21,21 @@ from forensics.report.markdown import render_markdown
 from forensics.report.verdict_json import render_json
 
 FRAMES = ("inputs", "lines", "findings", "metrics", "ranks")
+MANIFEST = ".forensics-written"
 
 
 def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    figures_dir = out / "figures"
-    for stale in figures_dir.glob("*.png") if figures_dir.is_dir() else []:
-        stale.unlink()  # a re-run into the same OUT must not show the last input's figures
+    _remove_previous(out)
     figures: list[Path] = []
+    figures_dir = out / "figures"
     for draw in sources.FIGURES:
         figures_dir.mkdir(exist_ok=True)
         figures += draw(analysis.incident, figures_dir)
     written = [out / "postmortem.md", out / "verdict.json"]
     sections = [text for render in sources.SECTIONS if (text := render(analysis.incident))]
-    written[0].write_text(render_markdown(analysis, figures, sections), encoding="utf-8")
-    written[1].write_text(render_json(analysis), encoding="utf-8")
+    _atomic(written[0], lambda tmp: tmp.write_text(render_markdown(analysis, figures, sections), encoding="utf-8"))
+    _atomic(written[1], lambda tmp: tmp.write_text(render_json(analysis), encoding="utf-8"))
     if frames:
         frames_dir = out / "frames"
         frames_dir.mkdir(exist_ok=True)
@@ -37,6 +44,33 @@ def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Pa
         for name, frame in sorted(named.items()):
             if name.isidentifier():
                 path = frames_dir / f"{name}.parquet"
-                frame.write_parquet(path)
+                _atomic(path, frame.write_parquet)
                 written.append(path)
-    return written + figures
+    everything = written + figures
+    _atomic(out / MANIFEST, lambda tmp: tmp.write_text(json.dumps(sorted(p.relative_to(out).as_posix() for p in everything), indent=1)))
+    return everything
+
+
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Write through `write(tmp)` then rename over `path`: readers see the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _remove_previous(out: Path) -> None:
+    """Delete the files an earlier run listed in OUT's manifest, and only those, inside OUT."""
+    try:
+        listed = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return
+    root = out.resolve()
+    for rel in listed if isinstance(listed, list) else []:
+        if not isinstance(rel, str):
+            continue
+        path = (out / rel).resolve()
+        if path.parent.is_relative_to(root) and path.is_file() and not path.is_symlink():
+            path.unlink()

@@ -177,6 +177,9 @@ METRICS: dict[str, pl.DataType] = {
     "loss_scale": pl.Float64,
 }
 
+# No job has more ranks than this: a larger rank or world size in a name or a line is not one.
+MAX_RANKS = 1 << 17  # 131,072: above the largest jobs run today, small enough to list
+
 # Per-rank summary built by the cross-rank pass.
 RANKS: dict[str, pl.DataType] = {
     "rank": pl.Int32,

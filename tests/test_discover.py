@@ -147,11 +147,16 @@ def test_fifo_is_listed_not_opened(tmp_path):
     assert (row["path"], row["status"], row["problem"]) == ("pipe.log", "skipped", "not a regular file")
 
 
-def test_git_folders_are_ignored(tmp_path):
+def test_a_git_folder_is_listed_once_unread_and_other_dot_folders_are_read(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / ".github").mkdir()
+    (tmp_path / ".github" / "rank_1.log").write_text("x\n")
     (tmp_path / "rank_0.log").write_text("x\n")
-    assert discover(tmp_path)["path"].to_list() == ["rank_0.log"]
+    inputs = discover(tmp_path)
+    assert inputs.select("path", "problem").rows() == [
+        (".git/", "version-control folder: not read"), (".github/rank_1.log", None), ("rank_0.log", None),
+    ]
 
 
 def test_deep_tree_does_not_exhaust_the_stack(tmp_path):

@@ -16,6 +16,7 @@ import re
 
 import polars as pl
 
+from forensics.ingest.timestamps import plausible
 from forensics.schema import TIME, conform, empty
 
 COLLECTIVES: dict[str, pl.DataType] = {
@@ -271,7 +272,7 @@ def _table_exits(lines: pl.LazyFrame) -> pl.LazyFrame:
         code.alias("exitcode"),
         pl.col("exitcode").str.extract(r"pid: (\d+)").cast(pl.Int64, strict=False).alias("pid"),
         pl.coalesce(pl.col("traceback").str.extract(r"Signal \d+ \((SIG\w+)\)"), _signal(code)).alias("signal"),
-        pl.col("time").str.to_datetime("%Y-%m-%d_%H:%M:%S", strict=False, time_unit="us", time_zone="UTC").alias("time"),
+        plausible(pl.col("time").str.to_datetime("%Y-%m-%d_%H:%M:%S", strict=False, time_unit="us", time_zone="UTC")).alias("time"),
         "root_cause",
         pl.when(pl.col("error_file") != "<N/A>").then(pl.col("error_file")).alias("error_file"),
         "traceback",

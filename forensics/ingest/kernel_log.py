@@ -191,16 +191,22 @@ def _attach_uuid(events: pl.DataFrame, hits: pl.DataFrame) -> pl.DataFrame:
     return events.join(ids, on="pci_bus_id", how="left")
 
 
+MAX_EPOCH_S = 7_258_118_400  # 2200-01-01, the timestamps' upper bound
+
+
 def _btime(hits: pl.DataFrame) -> datetime | None:
     """Boot time from a `btime <epoch>` line (/proc/stat) in the same text."""
     found = hits["text"].str.extract(r"^btime (\d+)\s*$").drop_nulls()
     if found.is_empty():
         return None
-    return datetime.fromtimestamp(int(found[0]), tz=timezone.utc)
+    seconds = int(found[0])
+    if not 0 <= seconds < MAX_EPOCH_S:
+        return None  # no real boot time: a corrupt or crafted line
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
 def _apply_boot(events: pl.DataFrame, boot: pl.Expr) -> pl.DataFrame:
-    since_boot = pl.duration(microseconds=(pl.col("uptime_s") * 1e6).round().cast(pl.Int64))
+    since_boot = pl.duration(microseconds=(pl.col("uptime_s") * 1e6).round().cast(pl.Int64, strict=False))
     return events.with_columns(time=pl.coalesce(pl.col("time"), boot + since_boot).cast(TIME))
 
 
@@ -224,10 +230,10 @@ def attach_boot_times(events: pl.DataFrame) -> pl.DataFrame:
     if offsets.is_empty():
         return events
     boots = offsets.group_by("host").agg(
-        boot=(pl.col("time").dt.epoch("us") - (pl.col("uptime_s") * 1e6).round().cast(pl.Int64)).median().cast(pl.Int64)
+        boot=(pl.col("time").dt.epoch("us") - (pl.col("uptime_s") * 1e6).round().cast(pl.Int64, strict=False)).median().cast(pl.Int64)
     )
     joined = events.join(boots, on="host", how="left", nulls_equal=True, maintain_order="left")
-    since_boot = (pl.col("uptime_s") * 1e6).round().cast(pl.Int64)
+    since_boot = (pl.col("uptime_s") * 1e6).round().cast(pl.Int64, strict=False)
     return joined.with_columns(
         time=pl.coalesce(pl.col("time"), (pl.col("boot") + since_boot).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"))
     ).drop("boot")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics.ingest.timestamps import plausible
 from forensics.schema import TIME, conform, empty
 
 NCCL_LINES: dict[str, pl.DataType] = {
@@ -161,7 +162,7 @@ def _records(lines: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(field("func"), field("trace_func")).alias("func"),
         # A bare VERSION record has no header: keep the whole line as the message.
         pl.coalesce(field("msg"), pl.col("text")).alias("msg"),
-        field("ts").str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us", time_zone="UTC").alias("ts"),
+        plausible(field("ts").str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us", time_zone="UTC")).alias("ts"),
         "time",
         "text",
     )

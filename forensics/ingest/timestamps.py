@@ -8,6 +8,7 @@ syslog (`May 18 19:02:39`, no year). Lines with none keep a null time; nothing i
 invented. Times without a zone are taken as UTC (logs rarely state their zone); an
 explicit offset is applied. c10's 9-digit fraction is a monotonic clock, not wall time
 (formats.md 2.1), so it is dropped: those lines are exact to the second only.
+A year outside [MIN_YEAR, MAX_YEAR] is no timestamp a job wrote (year 0, 9999): null.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ GLOG = r"(?:^|[\[\s:])[IWEF](?P<md>\d{3,4}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{
 CTIME = r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) (?P<y>\d{4})\b"
 SYSLOG = r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\b"
 TIMESTAMP_WINDOW = 120
+MIN_YEAR, MAX_YEAR = 1970, 2200
 FORMATS = {"iso": ISO, "slash": SLASH, "glog": GLOG, "ctime": CTIME, "syslog": SYSLOG}
 
 
@@ -53,7 +55,7 @@ def _days_in_month(y: pl.Expr, mo: pl.Expr) -> pl.Expr:
 def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.Expr, us: pl.Expr) -> pl.Expr:
     """Datetime from components; null (never an error) for impossible dates like Feb 30."""
     valid = (
-        mo.is_between(1, 12) & d.is_between(1, _days_in_month(y, mo)) & h.is_between(0, 23)
+        y.is_between(MIN_YEAR, MAX_YEAR) & mo.is_between(1, 12) & d.is_between(1, _days_in_month(y, mo)) & h.is_between(0, 23)
         & mi.is_between(0, 59) & s.is_between(0, 60)
     )
 
@@ -119,6 +121,11 @@ def times_of(texts: pl.Series, default_year: int) -> pl.Series:
         [head.str.extract_groups(regex).alias(f"_{name}") for name, regex in FORMATS.items()]
     )
     return frame.select(_components_time(default_year).alias(texts.name))[texts.name]
+
+
+def plausible(time: pl.Expr) -> pl.Expr:
+    """`time`, or null when its year is outside [MIN_YEAR, MAX_YEAR] (no job wrote it)."""
+    return pl.when(time.dt.year().is_between(MIN_YEAR, MAX_YEAR)).then(time)
 
 
 def line_time(text: pl.Expr, default_year: int) -> pl.Expr:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from forensics.schema import RANKS, conform, empty
+from forensics.schema import MAX_RANKS, RANKS, conform, empty
 
 FAILURE_ROLES = ["initiating", "symptom"]
 SILENT_INTERVALS = 2  # logging intervals another rank stepped on past this one
@@ -34,23 +34,23 @@ WORLD_SIZE_HINTS = [
 
 
 def world_size(lines: pl.DataFrame, findings: pl.DataFrame) -> int | None:
-    """Largest world size any source states, or max rank + 1, or None."""
+    """Largest world size any source states, or max rank + 1, or None (sizes of MAX_RANKS or more are ignored)."""
     sizes = []
     if not lines.is_empty():
-        hints = lines.lazy().filter(pl.col("text").str.contains(r"(?i)nranks|world_size|world size")).select(
-            pl.max_horizontal([pl.col("text").str.extract(p).cast(pl.Int64, strict=False) for p in WORLD_SIZE_HINTS])
-            .max()
-            .alias("n")
-        )
-        stated = hints.collect()["n"][0]
-        if stated is not None:
-            sizes.append(int(stated))
-        max_rank = lines["rank"].max()
-        if max_rank is not None:
-            sizes.append(int(max_rank) + 1)
-    if not findings.is_empty() and findings["rank"].max() is not None:
-        sizes.append(int(findings["rank"].max()) + 1)
+        stated = pl.max_horizontal([pl.col("text").str.extract(p).cast(pl.Int64, strict=False) for p in WORLD_SIZE_HINTS])
+        hints = lines.lazy().filter(pl.col("text").str.contains(r"(?i)nranks|world_size|world size"))
+        sizes.append(hints.select(pl.when(stated < MAX_RANKS).then(stated).max()).collect().item())
+        sizes.append(_below_max(lines["rank"]))
+    if not findings.is_empty():
+        sizes.append(_below_max(findings["rank"]))
+    sizes = [int(s) for s in sizes if s is not None]
     return max(sizes) if sizes else None
+
+
+def _below_max(ranks: pl.Series) -> int | None:
+    """Largest rank + 1 among ranks below MAX_RANKS, or None."""
+    top = ranks.filter(ranks < MAX_RANKS).max()
+    return None if top is None else int(top) + 1
 
 
 def rank_table(

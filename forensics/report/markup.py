@@ -1,7 +1,10 @@
 """Safe markdown building blocks: log text is hostile (backticks, pipes, HTML, markdown).
 
 Table cells escape what would break the table or render as markup; quoted log lines go
-in fenced blocks whose fence is longer than any backtick run inside them.
+in fenced blocks whose fence is longer than any backtick run inside them. Every helper
+first makes text inert (`inert`): control characters and bidirectional overrides in a log
+line would otherwise act on the terminal that shows the report (reset it, retitle the
+window) or reorder what the reader sees (Trojan Source); they are shown as `\\u202e`.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ _CELL_ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;
 _MARKDOWN_SPECIALS = re.compile(r"([\\*_\[\]#~])")
 _LIVE_PIPE = re.compile(r"(?<!\\)((?:\\\\)*)\|")  # after an even run of backslashes
 MAX_CELL = 160
+# C0 controls but tab, DEL, C1 controls, and the Unicode bidirectional controls.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(value: object) -> str:
+    """`value` as text with every control and bidi character shown as an escape (`\\x1b`, `\\u202e`)."""
+    text = str(value)
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) > 0xFF else f"\\x{ord(m.group()):02x}", text)
 
 
 def cell(value: object, limit: int = MAX_CELL) -> str:
     """A table cell: escaped, single line, cut at `limit` characters."""
     if value is None:
         return "—"
-    text = str(value)
+    text = inert(value)
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     # Markdown specials first: escaping them after the table escapes would double the
@@ -29,7 +42,7 @@ def cell(value: object, limit: int = MAX_CELL) -> str:
 
 def code(value: object) -> str:
     """Inline code that survives backticks in the text."""
-    text = str(value).replace("\n", " ")
+    text = inert(str(value).replace("\n", " "))
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -37,7 +50,7 @@ def code(value: object) -> str:
 
 
 def code_block(lines: Iterable[str], language: str = "text") -> str:
-    body = "\n".join(lines)
+    body = "\n".join(inert(line) for line in lines)
     longest = max((len(m) for m in re.findall(r"`{3,}", body)), default=2)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{language}\n{body}\n{fence}"

@@ -1,0 +1,85 @@
+"""Attacks from issue 14, each reproduced at test time: no crash, no escape, nothing lost or overwritten."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from forensics.analyze import analyze
+from forensics.cli import app
+from forensics.ingest.timestamps import times_of
+
+runner = CliRunner()
+OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.10 GiB of which 1.06 GiB is free.\n"
+
+
+@pytest.mark.parametrize("text", [
+    "0000-01-01T00:00:00Z RuntimeError: x",
+    "9999-12-31T23:59:59+14:00 boom",
+    "0000/01/01 00:00:00.000, 0, NVIDIA H100",
+    "Mon Jan  1 00:00:00 0000 x",
+])
+def test_timestamps_out_of_any_job_s_range_are_no_time(text):
+    assert times_of(pl.Series("text", [text]), 2026).to_list() == [None]
+
+
+def test_out_of_range_times_and_huge_numbers_do_not_crash_the_analysis(incident):
+    root = incident({
+        "rank_0.log": "0000-01-01T00:00:00Z [rank0]: started\n9999-12-31T23:59:59+14:00 [rank0]: x\n" + OOM,
+        "rank_2147483648.log": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        "worker-3000000000.log": "hello\n",
+        "dmesg.log": "[99999999999999999999.123] NVRM: Xid (PCI:0000:3b:00): 79, pid=123, GPU has fallen off the bus.\nbtime 99999999999999999999\n",
+        "console.log": "[rank0]: world_size=3000000000 nranks 2000000000\n",
+    })
+    analysis = analyze(root)
+    assert analysis.world_size <= 1 << 17
+    inputs = analysis.incident.inputs
+    assert inputs.filter(pl.col("path") == "rank_2147483648.log")["rank"].to_list() == [None]  # not a rank
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_escaped_and_not_read(tmp_path):
+    (tmp_path / "rank_0.log").write_text(OOM)
+    with open(bytes(tmp_path) + b"/rank_\xff\xfe.log", "wb") as odd_name:
+        odd_name.write(b"RuntimeError: boom\n")
+    inputs = analyze(tmp_path).incident.inputs
+    odd = inputs.filter(pl.col("path").str.starts_with("rank_\\x"))
+    assert odd.select("path", "problem").rows() == [("rank_\\xff\\xfe.log", "name is not valid UTF-8: not read")]
+
+
+def test_control_and_bidi_characters_reach_neither_the_report_nor_the_terminal(incident, tmp_path):
+    root = incident({"rank_0.log": "[rank0]: RuntimeError: CUDA error: \u202eevil\u2066 \x07bell \x08back \x9b31m\n"})
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["analyze", str(root), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "postmortem.md").read_text()
+    for text in (report, result.output):
+        assert not any(ch in text for ch in "\u202e\u2066\x07\x08\x9b")
+    assert "\\u202eevil" in report  # shown, not dropped
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "contains"])
+def test_an_out_that_overlaps_the_input_is_refused_and_the_input_untouched(incident, where):
+    root = incident({"rank_0.log": OOM, "verdict.json": '{"mine": true}\n', "figures/plot.png": b"\x89PNG user"})
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    out = {"same": root, "inside": root / "report", "contains": root.parent}[where]
+    result = runner.invoke(app, ["analyze", str(root), "--out", str(out)])
+    assert result.exit_code == 2 and "--out" in result.output
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_rerun_removes_what_the_last_run_wrote_and_nothing_else(incident, tmp_path):
+    first = incident({"rank_0.log": OOM})
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["analyze", str(first), "--out", str(out), "--frames"]).exit_code == 0
+    assert (out / "frames" / "lines.parquet").is_file()
+    (out / "figures").mkdir(exist_ok=True)
+    (out / "figures" / "mine.png").write_bytes(b"user's own figure")
+    assert runner.invoke(app, ["analyze", str(first), "--out", str(out)]).exit_code == 0
+    assert not (out / "frames" / "lines.parquet").exists()  # the earlier run's frames do not linger
+    assert (out / "figures" / "mine.png").read_bytes() == b"user's own figure"  # never ours to delete
+    assert json.loads((out / ".forensics-written").read_text()) == ["postmortem.md", "verdict.json"]
+    assert not list(out.glob(".*.tmp"))
