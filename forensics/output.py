@@ -2,7 +2,8 @@
 
 Only fixed names under OUT are written: nothing derived from input file names or log
 content becomes a path, so no input can direct a write outside OUT. Reports and frames
-are written to a temporary name and renamed into place, so a run killed mid-write never
+are written to a temporary name and renamed into place; a figure or section that fails
+is left out and named in the report's analysis errors, so a run killed mid-write never
 leaves a half verdict.json that looks whole. OUT/.forensics-written lists what the run
 wrote; the next run into the same OUT removes exactly those files first (the figures
 and frames of another incident must not linger) and nothing else.
@@ -31,9 +32,9 @@ def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Pa
     figures_dir = out / "figures"
     for draw in sources.FIGURES:
         figures_dir.mkdir(exist_ok=True)
-        figures += draw(analysis.incident, figures_dir)
+        figures += _isolated(analysis, draw.__name__, lambda: draw(analysis.incident, figures_dir)) or []
     written = [out / "postmortem.md", out / "verdict.json"]
-    sections = [text for render in sources.SECTIONS if (text := render(analysis.incident))]
+    sections = [text for render in sources.SECTIONS if (text := _isolated(analysis, render.__name__, lambda: render(analysis.incident)))]
     _atomic(written[0], lambda tmp: tmp.write_text(render_markdown(analysis, figures, sections), encoding="utf-8"))
     _atomic(written[1], lambda tmp: tmp.write_text(render_json(analysis), encoding="utf-8"))
     if frames:
@@ -49,6 +50,18 @@ def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Pa
     everything = written + figures
     _atomic(out / MANIFEST, lambda tmp: tmp.write_text(json.dumps(sorted(p.relative_to(out).as_posix() for p in everything), indent=1)))
     return everything
+
+
+def _isolated(analysis: Analysis, name: str, make: Callable[[], object]) -> object:
+    """`make()`, or None when it fails: one figure or section never takes the report down.
+
+    The failure is recorded with the analysis errors, so the report says what is missing.
+    """
+    try:
+        return make()
+    except Exception as exc:  # a drawing or rendering bug on odd data must not cost the postmortem
+        analysis.incident.step_errors.append(f"{name} failed: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
 
 
 def _atomic(path: Path, write: Callable[[Path], object]) -> None:

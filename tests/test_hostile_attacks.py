@@ -83,3 +83,19 @@ def test_a_rerun_removes_what_the_last_run_wrote_and_nothing_else(incident, tmp_
     assert (out / "figures" / "mine.png").read_bytes() == b"user's own figure"  # never ours to delete
     assert json.loads((out / ".forensics-written").read_text()) == ["postmortem.md", "verdict.json"]
     assert not list(out.glob(".*.tmp"))
+
+
+def test_a_failing_figure_or_section_is_named_not_fatal(incident, tmp_path, monkeypatch):
+    from forensics import sources
+
+    def broken(*args):
+        raise ValueError("cannot draw this")
+
+    monkeypatch.setattr(sources, "FIGURES", [broken, *sources.FIGURES])
+    monkeypatch.setattr(sources, "SECTIONS", [broken, *sources.SECTIONS])
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["analyze", str(incident({"rank_0.log": OOM})), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    errors = json.loads((out / "verdict.json").read_text())["analysis_errors"]
+    assert errors == ["broken failed: ValueError: cannot draw this"] * 2
+    assert "broken failed" in (out / "postmortem.md").read_text()
