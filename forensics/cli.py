@@ -105,6 +105,14 @@ def _overlap(directory: Path, out: Path) -> str | None:
     return None
 
 
+TRACE_SHARES = [("idle_time_pctg", 7), ("compute_time_pctg", 9), ("non_compute_time_pctg", 10), ("comp_comm_overlap_pctg", 9)]
+
+
+def _share(value: float | None, width: int) -> str:
+    """A percentage right-aligned in `width`, or a dash where there is none (no kernel time)."""
+    return f"{value:>{width}.2f}" if value is not None else f"{'—':>{width}}"
+
+
 @app.command()
 def traces(
     directory: Annotated[Path, typer.Argument(help="Folder holding torch.profiler traces (*.json, *.json.gz).")],
@@ -124,10 +132,8 @@ def traces(
     typer.echo(f"{'rank':>5} {'kernel ms':>11} {'idle %':>7} {'compute %':>9} {'non-comp %':>10} {'overlap %':>9}")
     for r in rows:
         rank = "—" if r["rank"] is None else str(r["rank"])
-        typer.echo(
-            f"{rank:>5} {r['kernel_time_us'] / 1000:>11.1f} {r['idle_time_pctg']:>7.2f} {r['compute_time_pctg']:>9.2f} "
-            f"{r['non_compute_time_pctg']:>10.2f} {r['comp_comm_overlap_pctg']:>9.2f}"
-        )
+        shares = [_share(r[key], width) for key, width in TRACE_SHARES]
+        typer.echo(f"{rank:>5} {r['kernel_time_us'] / 1000:>11.1f} " + " ".join(shares))
 
 
 @app.command()

@@ -99,3 +99,24 @@ def test_a_failing_figure_or_section_is_named_not_fatal(incident, tmp_path, monk
     errors = json.loads((out / "verdict.json").read_text())["analysis_errors"]
     assert errors == ["broken failed: ValueError: cannot draw this"] * 2
     assert "broken failed" in (out / "postmortem.md").read_text()
+
+
+def _trace(events: list[dict], rank: int) -> str:
+    return json.dumps({"traceEvents": events, "distributedInfo": {"rank": rank}})
+
+
+def test_impossible_trace_times_and_deep_nesting_cost_one_file_at_most(tmp_path):
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7}
+    (tmp_path / "rank0_trace.json").write_text(_trace(
+        [kernel | {"ts": 1e30, "dur": 1e23}, kernel | {"ts": 1.5e19, "dur": 1.5}, kernel | {"ts": 100, "dur": 10}], 0))
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000
+    (tmp_path / "rank1_trace.json").write_text(
+        '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":1,"pid":0,"tid":7,"args":' + deep + '}]}')
+    inputs = analyze(tmp_path).incident.inputs.sort("path")
+    assert inputs.select("path", "status", "problem").rows() == [
+        ("rank0_trace.json", "partial", "2 events with impossible times dropped"),
+        ("rank1_trace.json", "skipped", "unreadable trace: JSON nested too deeply"),
+    ]
+    result = runner.invoke(app, ["traces", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].split() == ["0", "0.0", "—", "—", "—", "—"]

@@ -316,20 +316,29 @@ def _events_chunk(events: list[_Event]) -> pl.DataFrame:
     )
 
 
-def _events_frame(chunks: list[pl.DataFrame]) -> pl.DataFrame:
-    """All complete events, with HTA's rounding of fractional timestamps."""
+MAX_TRACE_US = 1 << 62  # ~146,000 years of microseconds: any real ts/dur fits with room to add
+
+
+def _events_frame(chunks: list[pl.DataFrame]) -> tuple[pl.DataFrame, int]:
+    """All complete events, with HTA's rounding of fractional timestamps; and how many were dropped."""
     frame = pl.concat(chunks) if chunks else _events_chunk([])
     fractional = frame.select((pl.col("ts") != pl.col("ts").floor()).any()).item()
     if fractional:
         start, end = pl.col("ts").ceil(), (pl.col("ts") + pl.col("dur")).floor()
     else:
         start, end = pl.col("ts"), pl.col("ts") + pl.col("dur")
-    frame = frame.with_columns(
-        start.cast(pl.Int64).alias("ts"),
-        end.cast(pl.Int64).alias("end"),
-        pl.coalesce("external_id", "external_id_2021").alias("external_id"),
-    ).with_columns((pl.col("end") - pl.col("ts")).alias("dur"))
-    return frame.select(list(EVENTS))
+    before = frame.height
+    frame = (
+        frame.with_columns(
+            start.cast(pl.Int64, strict=False).alias("ts"),
+            end.cast(pl.Int64, strict=False).alias("end"),
+            pl.coalesce("external_id", "external_id_2021").alias("external_id"),
+        )
+        # A time no clock produced (beyond Int64 microseconds, or negative) places the event nowhere.
+        .filter(pl.col("ts").is_between(0, MAX_TRACE_US) & pl.col("end").is_between(0, MAX_TRACE_US))
+        .with_columns((pl.col("end") - pl.col("ts")).alias("dur"))
+    )
+    return frame.select(list(EVENTS)), before - frame.height
 
 
 def _distributed_info(raw: msgspec.Raw) -> _DistributedInfo:
@@ -360,15 +369,19 @@ def load_trace(path: Path) -> TraceLoad:
         trace, json_problem = stream.finish()
         if stream.malformed and not stream.decoded:
             raise msgspec.ValidationError(f"none of its {stream.malformed} traceEvents is an event object")
-        events = _events_frame(stream.frames)
+        events, impossible = _events_frame(stream.frames)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
         return TraceLoad(path, empty, rank=rank_from_name(path), rank_source=None,
                          status=InputStatus.SKIPPED, problem=f"unreadable trace: {err}")
+    except RecursionError:  # JSON nested deeper than any profiler writes: crafted, not a trace
+        return TraceLoad(path, empty, rank=rank_from_name(path), rank_source=None,
+                         status=InputStatus.SKIPPED, problem="unreadable trace: JSON nested too deeply")
     finally:
         if gc_was_enabled:
             gc.enable()
     problems += [json_problem] if json_problem else []
     problems += [f"{stream.malformed} malformed events dropped"] if stream.malformed else []
+    problems += [f"{impossible} events with impossible times dropped"] if impossible else []
     info = _distributed_info(trace.distributedInfo)
     rank, source = _as_int(info.rank), "distributedInfo"
     if rank is None:
