@@ -65,3 +65,18 @@ def test_generic_errno_yields_to_the_frames_that_say_where(tmp_path):
     assert context.select("category", "line").rows() == [("ENVIRONMENT", 3)]
     demoted = demote_overridden(generic, context, lines)
     assert demoted.filter(demoted["category"] == "CHECKPOINT_IO")["role"].to_list() == ["symptom"]
+
+
+ABORTED_BROADCAST = """\
+[rank6]: Traceback (most recent call last):
+[rank6]:   File "/usr/local/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py", line 3504, in broadcast_object_list
+[rank6]:     object_list[i] = _tensor_to_object(obj_view, obj_size, group)
+[rank6]:   File "/usr/local/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py", line 2961, in _tensor_to_object
+[rank6]:     return _unpickler(io.BytesIO(buf)).load()
+[rank6]: EOFError: Ran out of input
+"""  # modelscope/ms-swift#4340: the broadcast was aborted under rank 6 while its source rank was still packing
+
+
+def test_an_exception_out_of_a_collective_call_is_a_cascade_of_that_collective(tmp_path):
+    found = classify_by_frames(_lines(tmp_path, ABORTED_BROADCAST), empty(FINDINGS))
+    assert found.select("pattern", "category", "role", "rank").rows() == [("CTX006", "COLLECTIVE_TIMEOUT", "cascade", 6)]

@@ -6,7 +6,9 @@ Notes:
     safetensors, a `save_checkpoint`/`load_checkpoint` function) is a checkpoint I/O
     failure whatever its message (old torch.save says only `write(): fd 29 failed with
     Input/output error`); one raised inside DataLoader machinery is a data-pipeline
-    failure. The finding cites the exception line and names the frame that decided it.
+    failure; one raised inside a collective call (`EOFError` out of
+    `broadcast_object_list` when the broadcast was aborted) is a cascade of that
+    collective's failure, never its cause. The finding cites the exception line and names the frame that decided it.
     Exceptions already explained by a catalog pattern are left alone, unless that
     pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
     device` raised from a multiprocessing SemLock is /dev/shm, not checkpoint storage.
@@ -61,7 +63,17 @@ CONTEXTS = [
         r"torch/utils/cpp_extension\.py|deepspeed/ops/op_builder/|in _jit_compile\b|in load_extension\b",
         frozenset(),
     ),
+    (
+        "CTX006",
+        "COLLECTIVE_TIMEOUT",
+        "Exception raised inside a collective call: the collective failed under it",
+        r"torch/distributed/distributed_c10d\.py",
+        frozenset(),
+    ),
 ]
+# A failed collective is a consequence of what stopped it (a peer that died, hung or timed out):
+# the exception it raised shows where a rank was hurt, not why.
+CONSEQUENCES = {"CTX006"}
 
 
 STREAM = ["file", "block", "rank"]
@@ -125,7 +137,7 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
             title=pl.lit(title),
             category=pl.lit(category),
             severity=pl.lit("error"),
-            role=pl.lit("initiating"),
+            role=pl.lit("cascade" if pattern in CONSEQUENCES else "initiating"),
             captures=pl.struct("frame", "frame_line", "cut").struct.json_encode(),
         )
         hits.append(found)
