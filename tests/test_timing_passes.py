@@ -54,3 +54,29 @@ def test_steady_run_has_no_period_and_no_correlation():
     metrics, findings = _run(stall_every=None)
     assert find_periodicity(metrics).is_empty()
     assert correlate(findings, metrics).is_empty()
+
+
+def _with_noise(metrics: pl.DataFrame, noisy_steps: list[int]) -> pl.DataFrame:
+    noisy = pl.col("step").is_in(noisy_steps)
+    return metrics.with_columns(step_time_s=pl.when(noisy).then(7.5).otherwise("step_time_s"))
+
+
+def test_the_period_holds_when_random_spikes_are_added():
+    import random
+
+    metrics, _ = _run(stall_every=50, steps=1000)
+    rng = random.Random(7)
+    for trial in range(5):
+        noise = rng.sample([s for s in range(1, 1001) if s % 50], 15)
+        found = find_periodicity(_with_noise(metrics, noise))
+        assert found["period_steps"].to_list() == [50], (trial, noise)
+        assert found["spikes"][0] == 20 and found["strength"][0] == 1.0
+
+
+def test_random_spikes_alone_make_no_period():
+    import random
+
+    metrics, _ = _run(stall_every=None, steps=1000)
+    rng = random.Random(11)
+    for _ in range(5):
+        assert find_periodicity(_with_noise(metrics, rng.sample(range(1, 1001), 20))).is_empty()

@@ -3,19 +3,32 @@
 Notes:
     A spike is a step whose time exceeds the rank's median by more than 4 robust
     deviations (median absolute deviation, floored at 5% of the median so that
-    perfectly steady logs do not turn noise into spikes). With at least three spikes,
-    the most common gap between consecutive spike steps is the period when it explains
-    at least 60% of the gaps; `strength` is that share. The rank with the most metric
-    lines is analyzed (logging is often rank 0 or the last rank only).
+    perfectly steady logs do not turn noise into spikes). Candidate periods are the
+    gaps between each spike and its next NEIGHBOURS spikes, so a stray spike between two
+    periodic ones does not hide the period. A candidate p is judged by its best phase:
+    the residue r (step mod p) holding the most spikes. `strength` is the share of the
+    logged steps in that phase that spiked: a real period spikes nearly every time it
+    comes round, whatever else spikes in between. The period is the candidate with the
+    most spikes in its phase among those with strength >= MIN_STRENGTH and at least
+    MIN_SPIKES spikes (a multiple of the period has fewer; half of it has half the
+    strength). Chance must not explain the phase: the probability that random spikes
+    (at the series' own spike rate) fill it as well, times the number of phases tried,
+    stays under MAX_CHANCE. The rank with the most metric lines is analyzed (logging is often rank 0
+    or the last rank only).
 """
 
 from __future__ import annotations
+
+import math
 
 import polars as pl
 
 MIN_SPIKES = 3
 MIN_STRENGTH = 0.6
 SPIKE_MADS = 4.0
+NEIGHBOURS = 4
+MAX_CHANCE = 0.01
+MAX_CANDIDATES = 64
 
 PERIODICITY = {
     "signal": pl.String,
@@ -54,11 +67,10 @@ def find_periodicity(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -
     peaks = spikes(series)
     if peaks.height < MIN_SPIKES:
         return pl.DataFrame(schema=PERIODICITY)
-    gaps = peaks["step"].diff().drop_nulls()
-    period = int(gaps.mode().sort()[0])
-    strength = float((gaps == period).mean())
-    if strength < MIN_STRENGTH or period <= 1:
+    best = _best_period(series["step"], peaks["step"])
+    if best is None:
         return pl.DataFrame(schema=PERIODICITY)
+    period, strength, hits = best
     return pl.DataFrame(
         {
             "signal": ["step_time"],
@@ -66,8 +78,44 @@ def find_periodicity(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -
             "period_steps": [period],
             "period_seconds": [round(period * float(series["step_time_s"].median()), 2)],
             "strength": [round(strength, 2)],
-            "spikes": [peaks.height],
+            "spikes": [hits],
             "explained_by": [None],
         },
         schema=PERIODICITY,
     )
+
+
+def _best_period(logged: pl.Series, spiked: pl.Series) -> tuple[int, float, int] | None:
+    """(period, strength, spikes in phase) of the strongest period, or None (see Notes)."""
+    spike_steps = spiked.sort()
+    base_rate = spike_steps.len() / max(logged.len(), 1)
+    gaps = pl.concat([spike_steps.shift(-k) - spike_steps for k in range(1, NEIGHBOURS + 1)]).drop_nulls()
+    gaps = gaps.filter(gaps >= 2)
+    # The true period recurs among neighbour gaps; a long noisy run need not try every gap.
+    candidates = gaps.value_counts(name="n").sort(["n", gaps.name], descending=[True, False]).head(MAX_CANDIDATES)[gaps.name].sort()
+    tries = max(int(candidates.sum() or 0), 1)
+    best = None
+    for period in candidates.to_list():
+        phases = (spike_steps % period).value_counts(name="hits").sort(["hits", "step"], descending=[True, False])
+        phase, hits = phases.row(0)
+        occasions = int((logged % period == phase).sum())
+        strength = hits / occasions if occasions else 0.0
+        # Could chance fill this phase? Every phase of every candidate was a try (Bonferroni).
+        by_chance = _binomial_tail(int(hits), occasions, base_rate) * tries
+        if hits >= MIN_SPIKES and strength >= MIN_STRENGTH and by_chance < MAX_CHANCE and (best is None or hits > best[2]):
+            best = (int(period), strength, int(hits))
+    return best
+
+
+def _binomial_tail(hits: int, trials: int, rate: float) -> float:
+    """P(at least `hits` successes in `trials` draws at `rate`)."""
+    if rate <= 0.0:
+        return 0.0 if hits > 0 else 1.0
+    if rate >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(rate), math.log1p(-rate)
+    terms = (
+        math.lgamma(trials + 1) - math.lgamma(k + 1) - math.lgamma(trials - k + 1) + k * log_p + (trials - k) * log_q
+        for k in range(hits, trials + 1)
+    )
+    return min(1.0, sum(math.exp(t) for t in terms))
