@@ -30,6 +30,7 @@ INTENDED_OVERLAPS = {
     frozenset({"NUM001", "NUM007"}),
     frozenset({"NUM004", "NUM006"}),
     frozenset({"GEN001", "GEN002"}),  # CUDA_ERROR_OUT_OF_MEMORY: the OOM family is the more specific
+    frozenset({"EVT018", "GEN007"}),  # a preemption notice that also says a checkpoint is being saved
 }
 
 

@@ -145,3 +145,16 @@ def test_no_busy_rank_when_rank_zero_timed_out_too(incident):
     both = AXOLOTL_BUSY_RANK0 + [line.replace("[rank1]", "[rank0]") for line in AXOLOTL_BUSY_RANK0[1:]]
     findings = analyze(incident({"console.log": "\n".join(both) + "\n"})).incident.findings
     assert "HANG006" not in findings["pattern"].to_list()
+
+
+def test_the_protocol_s_own_lines_give_rank_step_and_loss_and_a_nan_run_that_completes_is_numerical(incident):
+    # `[Rank r/W] ... Step N, Loss: X` and `NaN loss detected at step N`: the investigation protocol's formats.
+    steps = [f"[Rank 3/8] Step {i}, Loss: {2.31 - i / 100:.2f}" for i in range(1, 40)]
+    steps += [f"[Rank 3/8] Step {i}, Loss: nan" for i in range(40, 101)]
+    text = "\n".join(steps + ["NaN loss detected at step 40", "Training completed. Total training time: 0:41:02"]) + "\n"
+    analysis = analyze(incident({"train.log": text}))
+    metrics = analysis.incident.metrics
+    tagged = metrics.drop_nulls("rank")  # the untagged `NaN loss detected` line stays rankless
+    assert tagged["rank"].unique().to_list() == [3] and tagged.height == 100 and tagged["step"].max() == 100
+    assert (analysis.verdict.category, analysis.verdict.state) == ("NUMERICAL", "diverged")
+    assert "NUM018" in analysis.incident.findings["pattern"].to_list()

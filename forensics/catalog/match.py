@@ -58,9 +58,10 @@ def match_pattern(candidates: pl.DataFrame, pattern: Pattern) -> pl.DataFrame:
 def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFrame:
     """All findings of all patterns over `lines` (needs `text`, `file`, `line`).
 
-    A generic pattern's finding is dropped on a line that a specific pattern explains
-    (other than as a mere event): the family speaks only for messages the catalog has
-    never seen.
+    A generic pattern's finding is dropped on a line that a specific pattern explains:
+    the family speaks only for messages the catalog has never seen. A specific event
+    explains a line for a generic event only; a failure family still speaks on a line
+    that a specific pattern merely notes as an event.
     """
     candidates = prefilter(lines, patterns)
     if candidates.is_empty():
@@ -69,8 +70,10 @@ def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFr
     generic = [p.id for p in patterns if p.tier == "generic"]
     if generic:
         is_generic = pl.col("pattern").is_in(generic)
-        explained = found.filter(~is_generic & (pl.col("role") != "event")).select("file", "line").unique()
-        found = pl.concat(
-            [found.filter(~is_generic), found.filter(is_generic).join(explained, on=["file", "line"], how="anti")]
-        )
+        specific = found.filter(~is_generic)
+        by_failure = specific.filter(pl.col("role") != "event").select("file", "line").unique()
+        by_event = specific.filter(pl.col("role") == "event").select("file", "line").unique()
+        families = found.filter(is_generic).join(by_failure, on=["file", "line"], how="anti")
+        generic_events = families.filter(pl.col("role") == "event").join(by_event, on=["file", "line"], how="anti")
+        found = pl.concat([specific, families.filter(pl.col("role") != "event"), generic_events])
     return found.sort(["file", "line", "pattern"])

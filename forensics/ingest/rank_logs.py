@@ -104,7 +104,7 @@ def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
     return with_role.with_columns(
         tag_rank=tagged_global,
         tag_local=local.cast(pl.Int32, strict=False),
-        payload_rank=pl.col("text").str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False),
+        payload_rank=pl.col("text").str.extract(r"\[Rank (\d+)(?:/\d+)?\]").cast(pl.Int32, strict=False),
         prefix_len=prefix.str.len_chars().fill_null(0),
     ).drop("_prefix", "_role")
 
