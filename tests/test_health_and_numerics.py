@@ -158,3 +158,16 @@ def test_the_protocol_s_own_lines_give_rank_step_and_loss_and_a_nan_run_that_com
     assert tagged["rank"].unique().to_list() == [3] and tagged.height == 100 and tagged["step"].max() == 100
     assert (analysis.verdict.category, analysis.verdict.state) == ("NUMERICAL", "diverged")
     assert "NUM018" in analysis.incident.findings["pattern"].to_list()
+
+
+def test_a_gradient_norm_far_above_its_recent_median_is_an_explosion_and_steady_noise_is_not():
+    from forensics.passes.numerics import gradient_explosion
+
+    # Megatron's iteration line (reference/formats.md 6) with the grad norm of a run that blows up at step 31.
+    norms = [0.23 + 0.05 * (i % 4) for i in range(1, 31)] + [87.5, 1.2e4]
+    texts = [f" iteration {i:8d}/  250000 | lm loss: 2.50E+00 | loss scale: 1.0 | grad norm: {g:.3f} |" for i, g in enumerate(norms, 1)]
+    lines = lines_frame(texts)
+    found = gradient_explosion(extract_metrics(lines), lines)
+    assert found.select("pattern", "line", "category").rows() == [("METRIC003", 31, "NUMERICAL")]
+    steady = lines_frame(texts[:30])
+    assert gradient_explosion(extract_metrics(steady), steady).is_empty()

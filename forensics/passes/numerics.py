@@ -8,7 +8,10 @@ Notes:
     - METRIC002 loss-scale collapse: the fp16 dynamic loss scale fell below
       COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged: overflow after
       overflow, the scaler has nothing left to give.
-    Both cite the first line that shows it; captures hold the step and counts.
+    - METRIC003 gradient explosion: a finite gradient norm EXPLOSION times the median
+      of the same stream's TRAIL norms before it (at least MIN_TRAIL of them): the
+      update that follows throws the weights far off, the usual step before NaN.
+    Each cites the first line that shows it; captures hold the step and counts.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from forensics.schema import FINDINGS, conform, empty
 
 COLLAPSED_SCALE = 1.0
 SCALE_DROP = 2.0**12
+EXPLOSION = 100.0
+TRAIL = 20
+MIN_TRAIL = 5
 
 
 def _first(rows: pl.DataFrame) -> pl.DataFrame:
@@ -71,8 +77,29 @@ def loss_scale_collapse(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFr
     return conform(found, FINDINGS)
 
 
+def gradient_explosion(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    norms = metrics.filter(pl.col("grad_norm").is_not_null() & pl.col("grad_norm").is_finite()).sort("file", "line")
+    if norms.height <= MIN_TRAIL:
+        return empty(FINDINGS)
+    stream = [pl.col("file"), pl.col("rank").fill_null(-1)]
+    trailing = pl.col("grad_norm").shift(1).rolling_median(window_size=TRAIL, min_samples=MIN_TRAIL).over(stream)
+    exploded = norms.with_columns(trailing=trailing).filter(pl.col("grad_norm") > EXPLOSION * pl.col("trailing"))
+    if exploded.is_empty():
+        return empty(FINDINGS)
+    found = _first(exploded).join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left").with_columns(
+        pattern=pl.lit("METRIC003"),
+        title=pl.lit(f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)"),
+        category=pl.lit("NUMERICAL"),
+        severity=pl.lit("error"),
+        role=pl.lit("initiating"),
+        rank=pl.lit(None),
+        captures=pl.struct(step=pl.col("step"), grad_norm=pl.col("grad_norm"), trailing_median=pl.col("trailing")).struct.json_encode(),
+    )
+    return conform(found.drop("trailing"), FINDINGS)
+
+
 def numerical_findings(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    """METRIC001 and METRIC002 findings (FINDINGS schema), empty when the metrics are sane."""
+    """METRIC001-003 findings (FINDINGS schema), empty when the metrics are sane."""
     if metrics.is_empty():
         return empty(FINDINGS)
-    return pl.concat([non_finite(metrics, lines), loss_scale_collapse(metrics, lines)])
+    return pl.concat([non_finite(metrics, lines), loss_scale_collapse(metrics, lines), gradient_explosion(metrics, lines)])
