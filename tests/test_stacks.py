@@ -87,3 +87,25 @@ def test_untagged_cuda_assert_lines_belong_to_the_rank_whose_traceback_follows(i
     # Not when another rank's line comes first: then nothing says whose kernel it was.
     other = NCCL_1504[:2] + ["[rank0]: step 12 | loss 2.31"] + NCCL_1504[2:]
     assert analyze(incident({"console.log": "\n".join(other) + "\n"})).verdict.culprit_ranks == []
+
+
+def _dump(rank: int, frames: list[str]) -> list[str]:
+    """One rank's faulthandler dump as torchrun --tee prints it (fixtures/incidents/hang_stopped_stacks_odd_rank)."""
+    return [f"[default{rank}]:Current thread 0x00007f96aa33cb80 (most recent call first):"] + [f"[default{rank}]:  {f}" for f in frames]
+
+
+IN_ALL_REDUCE = [
+    'File "/work/torchenv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
+    'File "/work/main/fixtures/generate/train.py", line 166 in train',
+]
+IN_TRAIN = ['File "/work/main/fixtures/generate/train.py", line 158 in train', 'File "/work/main/fixtures/generate/train.py", line 218 in main']
+
+
+def test_the_one_rank_not_waiting_in_a_collective_is_the_odd_one_out(incident):
+    text = _dump(0, IN_ALL_REDUCE) + _dump(1, IN_ALL_REDUCE) + _dump(3, IN_TRAIN) + _dump(2, IN_ALL_REDUCE)
+    verdict = analyze(incident({"console.log": "\n".join(text) + "\n"})).verdict
+    assert (verdict.category, verdict.culprit_ranks, verdict.state) == ("COLLECTIVE_TIMEOUT", [3], "hung")
+    assert "line 158 in train" in verdict.first_failure["text"]
+    # Two ranks off the collective: nothing says which one the others wait for.
+    two_odd = _dump(0, IN_ALL_REDUCE) + _dump(1, IN_ALL_REDUCE) + _dump(3, IN_TRAIN) + _dump(2, IN_TRAIN)
+    assert analyze(incident({"console.log": "\n".join(two_odd) + "\n"})).verdict.culprit_ranks == []

@@ -11,9 +11,13 @@ Notes:
     - STACK001 (DATA_PIPELINE, initiating): waiting for a DataLoader batch; the workers
       are stuck or dead and the step cannot start;
     - STACK002 (CHECKPOINT_IO, initiating): inside checkpoint save/load code;
-    - STACK003 (COLLECTIVE_TIMEOUT, symptom): waiting in a collective or barrier, which
+    - STACK003 (COLLECTIVE_TIMEOUT, cascade): waiting in a collective or barrier, which
       is what the victims of a hang do while they wait for the one rank that is not there.
     One finding per (file, rank, context), citing the deciding frame of the first such thread.
+    `odd_stack_out`: when at least two ranks' dumps wait in a collective (STACK003) and
+    exactly one other dumped rank does not, that rank is what they wait for (STACK004,
+    COLLECTIVE_TIMEOUT, initiating), citing the top frame of its main thread (faulthandler's
+    `Current thread`, py-spy's `MainThread`).
     `what_the_stalled_rank_did`: a rank that hang localization blamed (HANG00x: it never
     reached the collective the others waited in) and whose own dump shows it waiting for
     data or inside checkpoint code stalled for that reason: its HANG finding takes the
@@ -38,7 +42,7 @@ WAITS = [
         r"torch/utils/data/dataloader\.py",  # the consumer's side; the pin-memory thread always idles
     ),
     (
-        "STACK003", "COLLECTIVE_TIMEOUT", "symptom", "Stack dump: a thread was waiting in a collective or barrier",
+        "STACK003", "COLLECTIVE_TIMEOUT", "cascade", "Stack dump: a thread was waiting in a collective or barrier",
         r"torch/distributed/distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|barrier|monitored_barrier)\b.*torch/distributed",
     ),
 ]
@@ -76,6 +80,36 @@ def stack_waits(lines: pl.DataFrame) -> pl.DataFrame:
     # A thread counts once: the first context in WAITS order that its frames match.
     first_per_thread = result.unique(STREAM, keep="first", maintain_order=True)
     return conform(first_per_thread, FINDINGS)
+
+
+def odd_stack_out(lines: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
+    """STACK004 for the one dumped rank not waiting in a collective while the others are."""
+    if lines.is_empty():
+        return empty(FINDINGS)
+    headers = lines.filter(pl.col("text").str.contains(THREAD_HEADER) & pl.col("rank").is_not_null())
+    dumped = headers["rank"].unique()
+    waiting = waits.filter((pl.col("pattern") == "STACK003") & pl.col("rank").is_not_null())["rank"].unique()
+    odd = dumped.filter(~dumped.is_in(waiting.implode()))
+    if waiting.len() < 2 or odd.len() != 1:
+        return empty(FINDINGS)
+    rank = odd[0]
+    main_first = pl.col("text").str.contains("Current thread|MainThread").not_()  # main thread's block sorts first
+    block = headers.filter(pl.col("rank") == rank).sort(main_first, "file", "line").head(1).select("file", "block", "rank")
+    top = (
+        lines.join(block, on=["file", "block", "rank"], how="semi")
+        .filter(pl.col("text").str.contains(STACK_FRAME))
+        .sort("line")
+        .head(1)
+    )
+    found = top.with_columns(
+        pattern=pl.lit("STACK004"),
+        title=pl.lit(f"Rank {rank} was the only one not waiting in a collective when the stacks were dumped"),
+        category=pl.lit("COLLECTIVE_TIMEOUT"),
+        severity=pl.lit("error"),
+        role=pl.lit("initiating"),
+        captures=pl.struct(waiting_ranks=pl.lit(", ".join(map(str, waiting.sort().to_list())))).struct.json_encode(),
+    )
+    return conform(found, FINDINGS)
 
 
 def what_the_stalled_rank_did(findings: pl.DataFrame) -> pl.DataFrame:

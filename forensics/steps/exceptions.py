@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
-from forensics.passes.stacks import stack_waits, what_the_stalled_rank_did
+from forensics.passes.stacks import odd_stack_out, stack_waits, what_the_stalled_rank_did
 from forensics.passes.traceback_context import classify_by_frames, demote_overridden, uncaught_exceptions
 from forensics.steps.common import Progress
 
@@ -23,8 +23,10 @@ def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:
 
 
 def stack_dump_pass(incident: Incident, progress: Progress) -> None:
-    """What each thread of a py-spy or faulthandler dump was waiting in."""
-    incident.add_findings(stack_waits(incident.lines))
+    """What each thread of a py-spy or faulthandler dump was waiting in, and the odd rank out."""
+    waits = stack_waits(incident.lines)
+    incident.add_findings(waits)
+    incident.add_findings(odd_stack_out(incident.lines, waits))
 
 
 def stalled_rank_pass(incident: Incident, progress: Progress) -> None:
