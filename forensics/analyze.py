@@ -21,6 +21,7 @@ from forensics.incident import FileStatus, Incident
 from forensics.ingest.metrics import extract_metrics
 from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.cross_rank import rank_table, world_size
+from forensics.passes.verbatim import quote_lines
 from forensics.passes.templates import unmatched_error_templates
 from forensics.schema import InputKind, InputStatus
 from forensics.steps.common import Step
@@ -85,7 +86,7 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
 
     for step in sources.PASSES:
         run_isolated(step, incident, progress)
-    incident.findings = deduplicate(incident.findings)
+    incident.findings = quote_lines(deduplicate(incident.findings), incident.lines)
 
     world = world_size(incident.lines, incident.findings)
     incident.ranks = rank_table(incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"), incident.tables.get("health"))

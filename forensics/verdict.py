@@ -41,6 +41,8 @@ MAX_EVIDENCE = 12
 # When at least this many ranks, and this share of the ranks the job had, fail the same
 # way first-hand, the cause is shared (config, data, environment): no single culprit.
 JOB_WIDE_MIN_RANKS = 3
+# A failure this close to the first timestamp of all the logs says where the excerpt starts, not when the run failed.
+LOGS_START_AT_FAILURE_S = 5.0
 JOB_WIDE_SHARE = 0.75
 
 
@@ -100,7 +102,9 @@ def _summary(who: str, what: str) -> str:
     """`Rank 5 (node-a): CUDA out of memory ...` from the culprit's evidence; a title that
     already names its rank stands alone."""
     what = what.rstrip(". ") + "."
-    return what if what.startswith("Rank ") or who == "The job" else f"{who}: {what}"
+    if what.lower().startswith("rank "):
+        return what[:1].upper() + what[1:]
+    return what if who == "The job" else f"{who}: {what}"
 
 
 def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -141,6 +145,12 @@ def _gpus(rows: pl.DataFrame) -> list[dict[str, Any]]:
         .unique(maintain_order=True)
     )
     return [dict(r) for r in gpus.iter_rows(named=True)]
+
+
+def _advising(evidence: pl.DataFrame) -> list[str]:
+    """Patterns whose advice applies: the initiating and symptom evidence, never cascades or teardown."""
+    leading = evidence.filter(pl.col("role").is_in(["initiating", "symptom"]))
+    return leading["pattern"].unique(maintain_order=True).to_list()
 
 
 def _fixes(patterns: dict[str, Pattern], pattern_ids: list[str], playbook: dict[str, Any]) -> dict[str, list[str]]:
@@ -221,7 +231,7 @@ def build_hypotheses(
                 culprit_hosts=hosts,
                 culprit_gpus=_gpus(culprit_rows),
                 evidence=_evidence_rows(evidence_frame),
-                fixes=_fixes(patterns, evidence_frame["pattern"].unique(maintain_order=True).to_list(), playbook),
+                fixes=_fixes(patterns, _advising(evidence_frame), playbook),
                 first=first[0] if first else None,
                 roles=group["role"].unique().sort().to_list(),
             )
@@ -335,7 +345,10 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
         elapsed = (datetime.fromisoformat(first_time.replace("Z", "+00:00")) - start).total_seconds()
         if not first.get("time"):
             notes.append("The failing line has no timestamp; timing uses the last timestamp before it in the same log.")
-        if elapsed < 300:
+        if elapsed < LOGS_START_AT_FAILURE_S:
+            notes.append("Time into the run: UNKNOWN; the logs start at the failure (their first timestamp is within seconds of it).")
+            window = None
+        elif elapsed < 300:
             window, prior = f"{elapsed:.0f} s after the first log line", EARLY
             note = "early failures point to configuration or environment"
         elif elapsed < 3 * 3600:
@@ -344,10 +357,11 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
         else:
             window, prior = f"{elapsed / 3600:.1f} h into the run", LATE
             note = "late failures point to hardware or rare races"
-        known = verdict_category not in (Category.UNKNOWN, Category.NO_FAILURE)
-        if known and verdict_category not in prior:
-            note += f"; here the evidence points to {verdict_category} instead"
-        notes.append(f"Failed {window}: {note}.")
+        if window is not None:
+            known = verdict_category not in (Category.UNKNOWN, Category.NO_FAILURE)
+            if known and verdict_category not in prior:
+                note += f"; here the evidence points to {verdict_category} instead"
+            notes.append(f"Failed {window}: {note}.")
     elif first is None:
         notes.append("Time into the run: no failing line to place in time.")
     else:
@@ -356,7 +370,7 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
         failed = ranks.filter(pl.col("status").is_in(["crashed", "killed"]))["rank"].to_list()
         total = world or ranks.height
         if verdict_category == Category.NO_FAILURE:
-            notes.append(f"All {total} ranks seen ended without a failure signature.")
+            notes.append("The one rank seen ended without a failure signature." if total == 1 else f"All {total} ranks seen ended without a failure signature.")
         elif len(failed) == 1:
             notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
         elif failed:

@@ -63,3 +63,39 @@ def test_fixture_set_is_broad():
     categories = {_expected(f)["category"] for f in INCIDENTS}
     assert len(INCIDENTS) >= 12
     assert len(categories) >= 8
+
+
+PUBLIC = sorted(p.parent for p in (ROOT / "public").glob("*/expected.json"))
+
+
+def _quotes_are_verbatim(analysis) -> list[tuple]:
+    """(file, line, quoted) for every evidence quote that is not its line's text."""
+    texts = {(f, n): t for f, n, t in analysis.incident.lines.select("file", "line", "text").iter_rows()}
+    verdict = analysis.verdict
+    rows = [e for h in verdict.hypotheses for e in h.evidence] + ([verdict.first_failure] if verdict.first_failure else [])
+    wrong = [(e["file"], e["line"], e["text"]) for e in rows if e.get("text") is not None and texts.get((e["file"], e["line"])) != e["text"]]
+    return wrong
+
+
+@pytest.mark.parametrize("folder", INCIDENTS + PUBLIC, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_quote_is_the_cited_line_verbatim(folder, analyses):
+    assert _quotes_are_verbatim(_analysis(folder, analyses)) == []
+
+
+def _advice_of_roles(roles: set[str]) -> set[str]:
+    from forensics.catalog import load_catalog
+
+    return {fix for p in load_catalog() if p.role in roles for fix in p.immediate}
+
+
+@pytest.mark.parametrize("folder", INCIDENTS + PUBLIC, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_what_to_do_now_comes_first_and_never_from_cascade_or_teardown(folder, analyses):
+    from forensics.report.markdown import render_markdown
+
+    analysis = _analysis(folder, analyses)
+    headings = [line for line in render_markdown(analysis).splitlines() if line.startswith("## ")]
+    if "## What to do now" in headings:
+        assert headings.index("## What to do now") == 0, headings
+        immediate = analysis.verdict.hypotheses[0].fixes["immediate"]
+        leading = _advice_of_roles({"initiating", "symptom"})
+        assert not [f for f in immediate if f in _advice_of_roles({"cascade", "teardown"}) and f not in leading]

@@ -1,4 +1,4 @@
-"""postmortem.md: verdict first, then the evidence that supports it, then everything else.
+"""postmortem.md: the verdict, what to do now, then the evidence that supports it, then everything else.
 
 Renders what the verdict and passes produced; computes nothing new. Every claim cites
 `file:line`. Long tables (1,024 ranks) are summarized, never listed in full.
@@ -11,11 +11,12 @@ from typing import Any
 import polars as pl
 
 from forensics.analyze import Analysis
-from forensics.report.markup import cell, code, code_block, ranges, table, where
+from forensics.report.markup import cell, code, code_block, plural, prose, ranges, table, where
 from forensics.schema import RANK_ALIVE
 
 MAX_RANK_ROWS = 32
 MAX_CONTEXT_LINES = 30
+MAX_IMMEDIATE = 3  # what to do now: the first three things, not a list to wade through
 RANK_STATUS_LEGEND = (
     "Status is what a rank's own lines show: `killed` by a signal, `crashed` on its own error, `stalled` "
     "short of a collective the others entered, `timed_out` waiting for others, `exited` non-zero with no "
@@ -160,8 +161,8 @@ def _fixes(analysis: Analysis) -> list[str]:
     if not v.hypotheses:
         return []
     fixes = v.hypotheses[0].fixes
-    out = ["## What to do now", ""] + [f"1. {cell(f, 400)}" for f in fixes["immediate"]]
-    out += ["", "## How to prevent it", ""] + [f"- {cell(f, 400)}" for f in fixes["structural"]]
+    out = ["## What to do now", ""] + [f"{i}. {prose(f)}" for i, f in enumerate(fixes["immediate"][:MAX_IMMEDIATE], start=1)]
+    out += ["", "## How to prevent it", ""] + [f"- {prose(f)}" for f in fixes["structural"]]
     return out + [""]
 
 
@@ -169,8 +170,8 @@ def _whys(analysis: Analysis) -> list[str]:
     v = analysis.verdict
     if not v.whys:
         return []
-    out = ["## Five Whys", ""] + [f"{i}. Why? {cell(w, 400)}" for i, w in enumerate(v.whys, start=1)]
-    out += ["", "## Prevention checklist", ""] + [f"- [ ] {cell(c, 300)}" for c in v.checklist]
+    out = ["## Five Whys", ""] + [f"{i}. Why? {prose(w)}" for i, w in enumerate(v.whys, start=1)]
+    out += ["", "## Prevention checklist", ""] + [f"- [ ] {prose(c, 300)}" for c in v.checklist]
     return out + [""]
 
 
@@ -194,7 +195,7 @@ def _inputs(analysis: Analysis) -> list[str]:
         (code(r["path"]), cell(r["kind"]), cell(r["rank"]), cell(r["status"]), cell(r["lines"]), cell(r["problem"]))
         for r in inputs.head(200).iter_rows(named=True)
     ]
-    out = ["## Inputs", "", f"{inputs.height} files: {summary}.", ""]
+    out = ["## Inputs", "", f"{plural(inputs.height, 'file')}: {summary}.", ""]
     for error in analysis.incident.step_errors:
         out += [f"- **An analysis step failed** (the rest of the report stands without it): {cell(error, 300)}"]
     if analysis.incident.step_errors:
@@ -222,12 +223,12 @@ def render_markdown(analysis: Analysis, figures: list[Any] | None = None, sectio
     """The postmortem; `sections` are extra markdown blocks (collectives, GPU, traces) rendered by their steps."""
     parts = (
         _headline(analysis)
+        + _fixes(analysis)
         + _triage(analysis)
         + _evidence(analysis)
         + _timeline(analysis)
         + _hypotheses(analysis)
         + _ranks(analysis)
-        + _fixes(analysis)
         + _whys(analysis)
         + _extra_sections(sections or [])
         + _figures(figures or [])

@@ -40,6 +40,40 @@ def cell(value: object, limit: int = MAX_CELL) -> str:
     return _MARKDOWN_SPECIALS.sub(r"\\\1", text).translate(_CELL_ESCAPES)
 
 
+# Tokens a reader pastes: ENV=value settings and identifiers with an underscore or a dotted path.
+_PASTABLE = re.compile(r"(?<![\w`])(?:[A-Z][A-Z0-9_]*=[^\s,;()]+|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\(\))?)(?![\w`])")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def prose(value: object, limit: int = 400) -> str:
+    """A sentence of advice: markdown-safe, with commands and identifiers as code spans.
+
+    Backtick spans in the text stay code; bare `ENV=value` settings and identifiers with
+    underscores become code spans too, so they paste exactly (never `expandable\\_segments`).
+    """
+    text = inert(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    out, last = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        out.append(_pastable(text[last : span.start()]))
+        out.append(code(span.group(2)))
+        last = span.end()
+    out.append(_pastable(text[last:]))
+    return "".join(out)
+
+
+def _pastable(text: str) -> str:
+    parts, last = [], 0
+    for token in _PASTABLE.finditer(text):
+        parts.append(cell(text[last : token.start()], len(text) + 1) if token.start() > last else "")
+        parts.append(code(token.group()))
+        last = token.end()
+    if last < len(text):
+        parts.append(cell(text[last:], len(text) + 1))
+    return "".join(parts)
+
+
 def code(value: object) -> str:
     """Inline code that survives backticks in the text."""
     text = inert(str(value).replace("\n", " "))
@@ -73,6 +107,11 @@ def where(file: str | None, line: int | None) -> str:
     if file is None:
         return "—"
     return code(f"{file}:{line}" if line is not None else file)
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 file`, `3 files`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def ranges(values: Iterable[int]) -> str:

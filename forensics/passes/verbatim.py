@@ -1,0 +1,28 @@
+"""Every quote is the cited line, verbatim: a finding's `text` is its line's text.
+
+Notes:
+    Catalog findings quote their line already. Passes also conclude things in words
+    ("rank 37 last completed work #4408 while 63 other ranks reached #4409") and cite the
+    line the conclusion rests on. Such a sentence is the tool speaking, not the log: it
+    becomes the finding's `title`, and `text` becomes the cited line as read. A finding
+    citing a line of a file read as data, not text (a CSV sample, an nvidia-smi -q
+    block) keeps its title and quotes nothing (`text` null): the report then points to
+    the line without putting words in its mouth.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def quote_lines(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """`findings` with `text` = the cited line's text, and any other sentence moved to `title`."""
+    if findings.is_empty():
+        return findings
+    cited = lines.select("file", "line", _line_text="text").unique(["file", "line"], keep="first")
+    joined = findings.join(cited, on=["file", "line"], how="left", maintain_order="left")
+    spoken = pl.col("text").is_not_null() & pl.col("_line_text").is_not_null() & (pl.col("text") != pl.col("_line_text"))
+    return joined.with_columns(
+        title=pl.when(spoken).then(pl.col("text")).otherwise(pl.col("title")),
+        text=pl.col("_line_text"),
+    ).drop("_line_text")
