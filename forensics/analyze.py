@@ -7,7 +7,9 @@ rest of the analysis down with it: its files become `partial`/`skipped` with the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,36 +73,53 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
     incident = Incident(root=root)
 
     progress(f"discovering files under {root}")
-    incident.inputs = discover(root)
+    with timed(incident, "discover"):
+        incident.inputs = discover(root)
     if incident.inputs.is_empty():
         raise InputError(f"{root} contains no files")
 
     progress(f"reading {incident.inputs.height} files")
-    ingest_text(incident)
+    with timed(incident, "read text"):
+        ingest_text(incident)
     for step in sources.SOURCES:
         run_isolated(step, incident, progress)
 
     progress(f"matching {len(patterns)} patterns over {incident.lines.height:,} lines")
-    incident.add_findings(match_catalog(incident.lines, patterns))
-    incident.metrics = extract_metrics(incident.lines)
+    with timed(incident, "match catalog"):
+        incident.add_findings(match_catalog(incident.lines, patterns))
+    with timed(incident, "metrics"):
+        incident.metrics = extract_metrics(incident.lines)
 
     for step in sources.PASSES:
         run_isolated(step, incident, progress)
-    incident.findings = quote_lines(deduplicate(incident.findings), incident.lines)
-
-    world = world_size(incident.lines, incident.findings)
-    incident.ranks = rank_table(incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"), incident.tables.get("health"))
-    unmatched = unmatched_error_templates(incident.lines, incident.findings)
+    with timed(incident, "ranks and templates"):
+        incident.findings = quote_lines(deduplicate(incident.findings), incident.lines)
+        world = world_size(incident.lines, incident.findings)
+        incident.ranks = rank_table(
+            incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"), incident.tables.get("health")
+        )
+        unmatched = unmatched_error_templates(incident.lines, incident.findings)
     _mark_unclaimed(incident)
     if incident.inputs.filter(pl.col("status") != InputStatus.SKIPPED).is_empty():
         raise InputError(f"nothing readable in {root} ({incident.inputs.height} files, all skipped)")
 
     progress("deciding the verdict")
-    verdict = decide(
-        incident.findings, incident.lines, incident.ranks, unmatched, {p.id: p for p in patterns}, world,
-        incident.tables.get("health"),
-    )
+    with timed(incident, "verdict"):
+        verdict = decide(
+            incident.findings, incident.lines, incident.ranks, unmatched, {p.id: p for p in patterns}, world,
+            incident.tables.get("health"),
+        )
     return Analysis(incident, verdict, patterns, world, unmatched)
+
+
+@contextmanager
+def timed(incident: Incident, stage: str) -> Iterator[None]:
+    """Record the wall time of `stage` in `incident.timings` (for `--timings`)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        incident.timings.append((stage, time.perf_counter() - start))
 
 
 def run_isolated(step: Step, incident: Incident, progress: Progress) -> None:
@@ -110,7 +129,8 @@ def run_isolated(step: Step, incident: Incident, progress: Progress) -> None:
     kept in the inputs table so the failure is visible in every report.
     """
     try:
-        step.run(incident, progress)
+        with timed(incident, step.name):
+            step.run(incident, progress)
     except Exception as exc:  # a reader bug on odd input must not cost the whole postmortem
         reason = f"{step.name} step failed: {type(exc).__name__}: {str(exc)[:200]}"
         progress(reason)

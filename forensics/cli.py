@@ -62,9 +62,10 @@ def analyze(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="Also print verdict.json on stdout with 'json'.")] = OutputFormat.text,
     frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
     fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Print where the time went, stage by stage, on stderr.")] = False,
 ) -> None:
     """Analyze one incident folder and write postmortem.md, verdict.json and figures/."""
-    from forensics.analyze import InputError
+    from forensics.analyze import InputError, timed
     from forensics.analyze import analyze as run_analysis
     from forensics.report.verdict_json import render_json
     from forensics.output import write_report
@@ -77,9 +78,12 @@ def analyze(
     except InputError as exc:
         raise _fail(str(exc)) from None
     try:
-        write_report(analysis, target, frames=frames)
+        with timed(analysis.incident, "report"):
+            write_report(analysis, target, frames=frames)
     except OSError as exc:
         raise _fail(f"cannot write to {target}: {exc.strerror or exc}") from None
+    if timings:
+        _print_timings(analysis.incident.timings)
     verdict = analysis.verdict
     if output_format == OutputFormat.json:
         typer.echo(render_json(analysis), nl=False)
@@ -91,6 +95,15 @@ def analyze(
         severities = analysis.incident.findings.filter(analysis.incident.findings["role"] != "event")["severity"]
         if any(SEVERITY_ORDER.get(s, 0) >= threshold for s in severities.to_list()):
             raise typer.Exit(3)
+
+
+def _print_timings(stages: list[tuple[str, float]]) -> None:
+    """Stage, seconds and share of the total, slowest stages visible at a glance."""
+    total = sum(seconds for _, seconds in stages) or 1.0
+    typer.echo(f"{'stage':<24} {'seconds':>8} {'share':>6}", err=True)
+    for stage, seconds in stages:
+        typer.echo(f"{stage:<24} {seconds:>8.3f} {seconds / total:>6.1%}", err=True)
+    typer.echo(f"{'total':<24} {total:>8.3f}", err=True)
 
 
 def _overlap(directory: Path, out: Path) -> str | None:

@@ -53,6 +53,7 @@ class Incident:
     ranks: pl.DataFrame = field(default_factory=lambda: empty(RANKS))
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     step_errors: list[str] = field(default_factory=list)  # steps that failed on this input
+    timings: list[tuple[str, float]] = field(default_factory=list)  # (stage, wall seconds), in run order
 
     def table(self, name: str) -> pl.DataFrame | None:
         return self.tables.get(name)

@@ -195,3 +195,12 @@ def test_a_failing_step_is_reported_not_fatal(tmp_path, monkeypatch):
     assert verdict["verdict"]["category"] == "CUDA_OOM"
     assert verdict["analysis_errors"] == ["broken step failed: ValueError: unexpected shape"]
     assert "An analysis step failed" in (out / "postmortem.md").read_text()
+
+
+def test_timings_name_every_stage_on_stderr(incident, tmp_path):
+    root = incident({"rank_0.log": "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n"})
+    result = CliRunner().invoke(app, ["analyze", str(root), "--out", str(tmp_path / "out"), "--timings"])
+    assert result.exit_code == 0, result.output
+    stages = [line.split()[0] for line in result.output.splitlines() if line and line.split()[0] in
+              {"discover", "read", "match", "metrics", "health", "verdict", "report", "total"}]
+    assert stages == ["discover", "read", "match", "metrics", "health", "verdict", "report", "total"]

@@ -29,6 +29,7 @@ GLOG = r"(?:^|[\[\s:])[IWEF](?P<md>\d{3,4}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{
 CTIME = r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) (?P<y>\d{4})\b"
 SYSLOG = r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\b"
 TIMESTAMP_WINDOW = 120
+CLOCK = r"\d:\d\d:\d\d"  # every supported format carries a time of day
 MIN_YEAR, MAX_YEAR = 1970, 2200
 FORMATS = {"iso": ISO, "slash": SLASH, "glog": GLOG, "ctime": CTIME, "syslog": SYSLOG}
 
@@ -78,49 +79,60 @@ def _offset_minutes(tz: pl.Expr) -> pl.Expr:
     return (sign * (hours * 60 + minutes)).fill_null(0)
 
 
-def _components_time(year: int) -> pl.Expr:
-    """The datetime from the five extracted-group columns; the first format present wins."""
-    iso, slash, glog, ctime, syslog = (pl.col(f"_{name}") for name in FORMATS)
-    iso_time = _build(
-        _int(iso, "y"), _int(iso, "mo"), _int(iso, "d"), _int(iso, "h"), _int(iso, "mi"), _int(iso, "s"),
-        _micros(iso.struct.field("f")),
-    ) - pl.duration(minutes=_offset_minutes(iso.struct.field("tz").fill_null("")))
-    slash_time = _build(
-        _int(slash, "y"), _int(slash, "mo"), _int(slash, "d"), _int(slash, "h"), _int(slash, "mi"),
-        _int(slash, "s"), _micros(slash.struct.field("f")),
+def _format_time(name: str, groups: pl.Expr, year: int) -> pl.Expr:
+    """The datetime one format's extracted groups spell, or null."""
+    if name == "iso":
+        return _build(
+            _int(groups, "y"), _int(groups, "mo"), _int(groups, "d"), _int(groups, "h"), _int(groups, "mi"),
+            _int(groups, "s"), _micros(groups.struct.field("f")),
+        ) - pl.duration(minutes=_offset_minutes(groups.struct.field("tz").fill_null("")))
+    if name == "slash":
+        return _build(
+            _int(groups, "y"), _int(groups, "mo"), _int(groups, "d"), _int(groups, "h"), _int(groups, "mi"),
+            _int(groups, "s"), _micros(groups.struct.field("f")),
+        )
+    if name == "glog":
+        month_day = _int(groups, "md")
+        fraction = groups.struct.field("f")
+        # 9 digits: c10's monotonic nanoseconds, not wall time -> second precision only.
+        micros = pl.when(fraction.str.len_chars() == 9).then(pl.lit(0, pl.Int32)).otherwise(_micros(fraction))
+        return _build(
+            pl.lit(year, pl.Int32), month_day // 100, month_day % 100, _int(groups, "h"), _int(groups, "mi"),
+            _int(groups, "s"), micros,
+        )
+    if name == "ctime":
+        return _build(
+            _int(groups, "y"), _month(groups.struct.field("mon")), _int(groups, "d"), _int(groups, "h"),
+            _int(groups, "mi"), _int(groups, "s"), pl.lit(0, pl.Int32),
+        )
+    return _build(  # syslog
+        pl.lit(year, pl.Int32), _month(groups.struct.field("mon")), _int(groups, "d"), _int(groups, "h"),
+        _int(groups, "mi"), _int(groups, "s"), pl.lit(0, pl.Int32),
     )
-    month_day = _int(glog, "md")
-    fraction = glog.struct.field("f")
-    # 9 digits: c10's monotonic nanoseconds, not wall time -> second precision only.
-    glog_us = pl.when(fraction.str.len_chars() == 9).then(pl.lit(0, pl.Int32)).otherwise(_micros(fraction))
-    glog_time = _build(
-        pl.lit(year, pl.Int32), month_day // 100, month_day % 100, _int(glog, "h"), _int(glog, "mi"),
-        _int(glog, "s"), glog_us,
-    )
-    ctime_time = _build(
-        _int(ctime, "y"), _month(ctime.struct.field("mon")), _int(ctime, "d"), _int(ctime, "h"),
-        _int(ctime, "mi"), _int(ctime, "s"), pl.lit(0, pl.Int32),
-    )
-    syslog_time = _build(
-        pl.lit(year, pl.Int32), _month(syslog.struct.field("mon")), _int(syslog, "d"), _int(syslog, "h"),
-        _int(syslog, "mi"), _int(syslog, "s"), pl.lit(0, pl.Int32),
-    )
-    return pl.coalesce(iso_time, slash_time, glog_time, ctime_time, syslog_time).cast(TIME)
 
 
 def times_of(texts: pl.Series, default_year: int) -> pl.Series:
     """First recognizable timestamp of each text, as UTC Datetime(us), or null.
 
-    Each format's regex runs once into its own column before the fields are read: read
-    straight off one expression, every struct field re-ran its regex (7x slower). Only
-    the first TIMESTAMP_WINDOW characters are searched: stamps sit at the front, behind
-    launcher prefixes, and long lines no longer cost five full scans.
+    Formats are tried in FORMATS order, each only on the lines no earlier format dated:
+    a log mostly in one format pays for one regex, not five. Only the first
+    TIMESTAMP_WINDOW characters are searched (stamps sit at the front, behind launcher
+    prefixes), and only lines holding a clock time (`hh:mm:ss`) are searched at all.
     """
     head = pl.col("text").str.slice(0, TIMESTAMP_WINDOW)
-    frame = pl.DataFrame({"text": texts}).with_columns(
-        [head.str.extract_groups(regex).alias(f"_{name}") for name, regex in FORMATS.items()]
-    )
-    return frame.select(_components_time(default_year).alias(texts.name))[texts.name]
+    remaining = pl.DataFrame({"text": texts}).with_row_index("_row").filter(head.str.contains(CLOCK))
+    dated = []
+    for name, regex in FORMATS.items():
+        if remaining.is_empty():
+            break
+        timed = remaining.with_columns(_groups=head.str.extract_groups(regex)).with_columns(
+            _time=_format_time(name, pl.col("_groups"), default_year).cast(TIME)
+        )
+        dated.append(timed.filter(pl.col("_time").is_not_null()).select("_row", "_time"))
+        remaining = timed.filter(pl.col("_time").is_null()).select("_row", "text")
+    found = pl.concat(dated) if dated else pl.DataFrame(schema={"_row": pl.UInt32, "_time": TIME})
+    rows = pl.DataFrame({"_row": pl.arange(0, texts.len(), eager=True).cast(pl.UInt32)})
+    return rows.join(found, on="_row", how="left").sort("_row")["_time"].alias(texts.name)
 
 
 def plausible(time: pl.Expr) -> pl.Expr:

@@ -36,7 +36,7 @@ PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int
 STREAM = ["file", "rank"]
 
 
-def _progress(lines: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+def progress_lines(lines: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     """Metric lines that announce `N/M`, with N and M."""
     metric_lines = metrics.select("file", "line").unique()
     return (
@@ -60,7 +60,9 @@ def _last_progress(progress: pl.DataFrame) -> pl.DataFrame:
     return progress.sort("line").group_by(STREAM, maintain_order=True).last()
 
 
-def abrupt_stops(inputs: pl.DataFrame, lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+def abrupt_stops(
+    inputs: pl.DataFrame, lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame, progress: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """STOP001/STOP002 findings: a file cut mid-line, a run stopped short of its announced total."""
     if lines.is_empty():
         return empty(FINDINGS)
@@ -79,7 +81,7 @@ def abrupt_stops(inputs: pl.DataFrame, lines: pl.DataFrame, metrics: pl.DataFram
     completions = findings.filter(pl.col("category") == Category.NO_FAILURE)
     still_stepping = _tails(lines).join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
     short = (
-        _last_progress(_progress(lines, metrics))
+        _last_progress(progress if progress is not None else progress_lines(lines, metrics))
         .filter(pl.col("step") < pl.col("total"))
         .join(still_stepping.select(STREAM).unique(), on=STREAM, how="anti", nulls_equal=True)
     )
@@ -98,13 +100,15 @@ def abrupt_stops(inputs: pl.DataFrame, lines: pl.DataFrame, metrics: pl.DataFram
     return found.with_columns(category=pl.lit(Category.UNKNOWN.value), role=pl.lit("symptom"))
 
 
-def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+def health_proofs(
+    lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame, progress: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """One row per proof of health: (kind, file, line, rank, text)."""
     completion = findings.filter(pl.col("category") == Category.NO_FAILURE).with_columns(kind=pl.lit("completion"))
     proofs = [conform(completion, PROOFS)]
     if lines.is_empty() or metrics.is_empty():
         return pl.concat(proofs)
-    last = _last_progress(_progress(lines, metrics))
+    last = _last_progress(progress if progress is not None else progress_lines(lines, metrics))
     proofs.append(conform(last.filter(pl.col("step") >= pl.col("total")).with_columns(kind=pl.lit("last_step")), PROOFS))
 
     stopped = findings.filter(pl.col("pattern").is_in(["STOP001", "STOP002"]))

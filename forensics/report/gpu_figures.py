@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import polars as pl
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import polars as pl  # noqa: E402
+from forensics.report.plotting import pyplot
 
 PANELS = (("temperature_c", "temperature (C)"), ("power_draw_w", "power (W)"), ("sm_util_pct", "SM util (%)"))
 
@@ -29,6 +27,7 @@ def render_gpu_figures(samples: pl.DataFrame, events: pl.DataFrame | None, out_d
         mine = samples.filter(pl.col("host").fill_null("unknown-host") == host)
         timed = mine["time"].is_not_null().all()
         mine = mine.sort("time" if timed else "line")
+        plt = pyplot()
         fig, axes = plt.subplots(len(PANELS), 1, figsize=(10, 7), sharex=True)
         for gpu, rows in mine.group_by("gpu", "pci_bus_id", maintain_order=True):
             label = f"GPU {gpu[0]}" if gpu[0] is not None else str(gpu[1])

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import polars as pl
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import polars as pl  # noqa: E402
+from forensics.report.plotting import pyplot
 
 _PARTS = [("compute_time_us", "compute", "#4c72b0"), ("non_compute_time_us", "non-compute", "#dd8452"),
           ("idle_time_us", "idle", "#c7c7c7")]
@@ -28,6 +25,7 @@ def breakdown_bars(breakdown: pl.DataFrame, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = breakdown.sort("rank", nulls_last=True).to_dicts()
     labels = [_rank_label(r["rank"], i) for i, r in enumerate(rows)]
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(rows) + 2), 3.5))
     bottom = [0.0] * len(rows)
     for column, name, color in _PARTS:
@@ -54,6 +52,7 @@ def skew_heatmap(arrivals: pl.DataFrame, out_dir: Path) -> Path | None:
     grid = arrivals.pivot(on="collective", index="rank", values="arrival_lag_us", aggregate_function="max").sort("rank")
     columns = sorted((c for c in grid.columns if c != "rank"), key=int)
     matrix = grid.select(columns).to_numpy().astype(float)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * len(columns) + 2.5), max(2.5, 0.35 * grid.height + 1.5)))
     image = ax.imshow(matrix, aspect="auto", cmap="magma_r", interpolation="nearest")
     ax.set_yticks(range(grid.height), [f"rank {r}" for r in grid["rank"]])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from forensics.incident import Incident
-from forensics.passes.health import abrupt_stops, health_proofs
+from forensics.passes.health import abrupt_stops, health_proofs, progress_lines
 from forensics.passes.numerics import numerical_findings
 from forensics.steps.common import Progress
 
@@ -15,5 +15,6 @@ def numerics_pass(incident: Incident, progress: Progress) -> None:
 
 def health_pass(incident: Incident, progress: Progress) -> None:
     """Abrupt stops as findings; proofs of health as the `health` table the verdict needs."""
-    incident.add_findings(abrupt_stops(incident.inputs, incident.lines, incident.metrics, incident.findings))
-    incident.tables["health"] = health_proofs(incident.lines, incident.metrics, incident.findings)
+    progress = progress_lines(incident.lines, incident.metrics)  # read by both: computed once
+    incident.add_findings(abrupt_stops(incident.inputs, incident.lines, incident.metrics, incident.findings, progress))
+    incident.tables["health"] = health_proofs(incident.lines, incident.metrics, incident.findings, progress)
