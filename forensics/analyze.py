@@ -67,14 +67,17 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
     root = Path(root)
     if not root.exists():
         raise InputError(f"{root} does not exist")
-    if not root.is_dir():
-        raise InputError(f"{root} is not a directory")
+    only = None
+    if root.is_file():  # one log is an incident too: its folder, with nothing else in it read
+        root, only = root.parent, root.name
+    elif not root.is_dir():
+        raise InputError(f"{root} is neither a file nor a directory")
     patterns = patterns if patterns is not None else load_catalog()
-    incident = Incident(root=root)
+    incident = Incident(root=root, name=Path(only).stem if only else root.name)
 
     progress(f"discovering files under {root}")
     with timed(incident, "discover"):
-        incident.inputs = discover(root)
+        incident.inputs = discover(root, only)
     if incident.inputs.is_empty():
         raise InputError(f"{root} contains no files")
 

@@ -29,6 +29,21 @@ patterns_app = typer.Typer(help="The pattern catalog: list, explain, test, lint.
 app.add_typer(patterns_app, name="patterns")
 
 
+def _version(show: bool) -> None:
+    if show:
+        from forensics import __version__
+
+        typer.echo(f"forensics {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)] = False,
+) -> None:
+    """Postmortems for failed, hung or slow distributed training runs."""
+
+
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
@@ -57,8 +72,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 @app.command()
 def analyze(
-    directory: Annotated[Path, typer.Argument(help="Incident folder: rank logs, NCCL output, traces, GPU dumps.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder [default: ./forensics-report/<DIR name>/].")] = None,
+    directory: Annotated[Path, typer.Argument(help="Incident folder (rank logs, NCCL output, traces, GPU dumps), or a single log file.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: ./forensics-report/NAME/, NAME being the folder's or the file's name).")] = None,
     output_format: Annotated[OutputFormat, typer.Option("--format", help="Also print verdict.json on stdout with 'json'.")] = OutputFormat.text,
     frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
     fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
@@ -70,7 +85,8 @@ def analyze(
     from forensics.report.verdict_json import render_json
     from forensics.output import write_report
 
-    target = out if out is not None else Path("forensics-report") / directory.resolve().name
+    name = directory.resolve().stem if directory.is_file() else directory.resolve().name
+    target = out if out is not None else Path("forensics-report") / name
     if overlap := _overlap(directory, target):
         raise _fail(overlap)
     try:

@@ -19,7 +19,10 @@ from forensics.ingest.gpu import sniff_gpu_kind
 from forensics.ingest.text import compression_of, looks_binary, read_head
 from forensics.schema import INPUTS, MAX_RANKS, InputKind, InputStatus
 
+# The project's own fixture metadata: skipped only inside the project's fixtures folder, where
+# it sits next to the evidence; anywhere else a `README.md` may well be someone's pasted log.
 METADATA_NAMES = {"expected.json", "SOURCE.md", "README.md", "NOTES.md"}
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 
 # Rank in a file name: rank_3.log, rank3.log, train_rank3.log, worker-3.log, rank-0.json.gz,
@@ -51,16 +54,17 @@ def rank_from_name(path: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def sniff_kind(path: str, head: bytes) -> tuple[str, str | None]:
+def sniff_kind(path: str, head: bytes, fixture: bool = False) -> tuple[str, str | None]:
     """(InputKind, reason to skip or None) from the name and the decompressed head.
 
     Formats with a reader of their own are recognized by that reader's sniffer (GPU
     dumps and kernel logs: ingest.gpu; Flight Recorder dumps: ingest.flight_recorder),
-    so a format's rules live in one place.
+    so a format's rules live in one place. `fixture`: the incident is one of the project's
+    fixtures, whose metadata files are not evidence.
     """
     name = path.rsplit("/", 1)[-1]
     lower = name.lower()
-    if name in METADATA_NAMES:
+    if fixture and name in METADATA_NAMES:
         return InputKind.METADATA, "fixture metadata, not evidence"
     if not head:
         return InputKind.UNKNOWN, "empty or unreadable"
@@ -133,6 +137,16 @@ def _walk(root: Path) -> list[tuple[str, Path | None, str | None]]:
     return sorted(entries, key=lambda e: e[0])
 
 
+def _single(root: Path, name: str) -> tuple[str, Path | None, str | None]:
+    """The one entry of a single-file incident, checked like any walked file."""
+    with os.scandir(root) as listing:
+        for child in listing:
+            if child.name == name:
+                rel, full, problem, _descend = _entry(root, child)
+                return rel, full, problem
+    return name, None, "not found"
+
+
 def _encodable(name: str) -> bool:
     try:
         name.encode("utf-8")
@@ -146,10 +160,16 @@ def _escaped(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def discover(root: Path) -> pl.DataFrame:
-    """The INPUTS table for `root`: one row per file, status pending ingest (null) or skipped."""
+def discover(root: Path, only: str | None = None) -> pl.DataFrame:
+    """The INPUTS table for `root`: one row per file, status pending ingest (null) or skipped.
+
+    `only`: the name of one file directly in `root`, the whole incident (a single Slurm
+    `.out`); nothing else in `root` is looked at.
+    """
     rows = []
-    for rel, full, problem in _walk(root):
+    fixture = Path(root).resolve().is_relative_to(FIXTURES)
+    entries = [_single(Path(root), only)] if only is not None else _walk(root)
+    for rel, full, problem in entries:
         rank, _local = rank_from_name(rel)
         size = None
         kind: str = InputKind.UNKNOWN
@@ -160,7 +180,7 @@ def discover(root: Path) -> pl.DataFrame:
             except OSError as exc:
                 head, problem = b"", f"unreadable: {exc.strerror or exc}"
             if problem is None:
-                kind, problem = sniff_kind(rel, head)
+                kind, problem = sniff_kind(rel, head, fixture)
                 if kind == InputKind.RANK_LOG and rank is None and _local is None:
                     kind = InputKind.CONSOLE_LOG
                 if problem is None and compression_of(head[:4]) is None and size == 0:

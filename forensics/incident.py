@@ -46,6 +46,7 @@ class PassResult:
 @dataclass
 class Incident:
     root: Path
+    name: str = ""  # what the postmortem is titled: the folder's name, or a single log's stem
     inputs: pl.DataFrame = field(default_factory=lambda: empty(INPUTS))
     lines: pl.DataFrame = field(default_factory=lambda: empty(LINES))
     findings: pl.DataFrame = field(default_factory=lambda: empty(FINDINGS))

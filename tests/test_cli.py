@@ -78,11 +78,27 @@ def test_missing_directory_is_exit_2_with_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_file_instead_of_directory_is_exit_2(tmp_path):
-    (tmp_path / "rank_0.log").write_text("x\n")
-    result = run("analyze", tmp_path / "rank_0.log", "--out", tmp_path / "out")
-    assert result.exit_code == 2
-    assert result.stderr.count("\n") == 1 and "not a directory" in result.stderr
+def test_a_single_log_file_is_an_incident_and_its_neighbours_are_not_read(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "slurm-9411285.out").write_text(
+        "srun: error: gpu20-15: task 0: Out Of Memory\n"  # knet#30-style Slurm output
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=9411285.0. Some of your processes may have been killed by the cgroup out-of-memory handler.\n"
+    )
+    (logs / "other.log").write_text("[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    result = run("analyze", logs / "slurm-9411285.out", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert verdict["verdict"]["category"] == "HOST_OOM"
+    assert [i["path"] for i in verdict["inputs"]] == ["slurm-9411285.out"]
+    assert (tmp_path / "out" / "postmortem.md").read_text().startswith("# Postmortem: slurm-9411285")
+
+
+def test_version_prints_the_package_version():
+    from forensics import __version__
+
+    result = run("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"forensics {__version__}"
 
 
 def test_empty_directory_is_exit_2(tmp_path):

@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 
+import polars as pl
 import pytest
 
 from forensics.discover import discover, rank_from_name, sniff_kind
@@ -68,8 +69,7 @@ ERROR_JSON = json.dumps(
         ("nccl_trace_rank_3", pickle.dumps({"version": "2.3", "pg_config": {}, "entries": []}, protocol=2), InputKind.FLIGHT_RECORDER),
         ("fr_dump_1.json", json.dumps({"version": "2.3", "pg_config": {}, "entries": []}), InputKind.FLIGHT_RECORDER),
         ("error.json", ERROR_JSON, InputKind.ERROR_FILE),
-        ("expected.json", '{"category": "CUDA_OOM"}', InputKind.METADATA),
-        ("README.md", "# notes\n", InputKind.METADATA),
+        ("README.md", "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n", InputKind.CONSOLE_LOG),
         ("rank_3.log", "[rank3]: hello\n", InputKind.RANK_LOG),
         ("console.log", "[rank0]: hello\n[rank1]: hello\n", InputKind.CONSOLE_LOG),
     ],
@@ -78,7 +78,16 @@ def test_kind_by_content_sniffing(tmp_path, name, content, kind):
     (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     row = discover(tmp_path).row(0, named=True)
     assert row["kind"] == kind
-    assert row["status"] is None or kind == InputKind.METADATA
+    assert row["status"] is None
+
+
+def test_fixture_metadata_is_skipped_only_inside_the_project_s_fixtures(tmp_path):
+    from forensics.discover import FIXTURES
+
+    inside = discover(FIXTURES / "incidents" / "healthy").filter(pl.col("path") == "expected.json")
+    assert inside.select("kind", "problem").rows() == [(InputKind.METADATA, "fixture metadata, not evidence")]
+    (tmp_path / "expected.json").write_text('{"category": "CUDA_OOM"}')
+    assert discover(tmp_path)["kind"].to_list() != [InputKind.METADATA]
 
 
 def test_pickle_without_a_flight_recorder_name_is_not_read_as_one(tmp_path):
