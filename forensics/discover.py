@@ -139,11 +139,14 @@ def _walk(root: Path) -> list[tuple[str, Path | None, str | None]]:
 
 def _single(root: Path, name: str) -> tuple[str, Path | None, str | None]:
     """The one entry of a single-file incident, checked like any walked file."""
-    with os.scandir(root) as listing:
-        for child in listing:
-            if child.name == name:
-                rel, full, problem, _descend = _entry(root, child)
-                return rel, full, problem
+    try:
+        with os.scandir(root) as listing:
+            for child in listing:
+                if child.name == name:
+                    rel, full, problem, _descend = _entry(root, child)
+                    return rel, full, problem
+    except OSError as exc:
+        return name, None, f"unreadable folder: {exc.strerror or exc}"
     return name, None, "not found"
 
 
