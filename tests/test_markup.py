@@ -102,3 +102,16 @@ def test_where_cites_file_and_line():
 )
 def test_ranges(values, expected):
     assert ranges(values) == expected
+
+
+def test_advice_keeps_commands_and_identifiers_pasteable():
+    from forensics.report.markup import prose
+
+    # Real fix texts of the catalog (OOM001, ENV019): settings and dotted names become code spans.
+    assert prose("If reserved-but-unallocated memory is large, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == (
+        "If reserved-but-unallocated memory is large, set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`"
+    )
+    assert prose("Profile peak memory per step (torch.cuda.max_memory_allocated) before scaling up") == (
+        "Profile peak memory per step (`torch.cuda.max_memory_allocated`) before scaling up"
+    )
+    assert prose("Check `ulimit -u`; lower OMP_NUM_THREADS | *not* more") == "Check `ulimit -u`; lower `OMP_NUM_THREADS` \\| \\*not\\* more"

@@ -222,3 +222,15 @@ def test_a_sticky_cuda_error_ends_the_process_without_an_exception_line():
     cuda = finding("CUDA010", "CUDA_ERROR", "initiating", "rank_1.log", 3, 1, T0,
                    "n122-164-108:7400:7642 [1] include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'")
     assert verdict_of([cuda]).state == "crashed"
+
+
+def test_a_failure_at_the_first_timestamp_says_the_logs_start_there_not_zero_seconds_in(incident):
+    from forensics.analyze import analyze
+
+    text = (
+        "2024-11-14 03:14:24,101 [rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 1 has a total capacity of 79.10 GiB of which 1.06 GiB is free.\n"
+    )
+    triage = analyze(incident({"rank_1.log": text})).verdict.triage
+    assert any("the logs start at the failure" in note for note in triage)
+    assert not any(note.startswith("Failed ") for note in triage)

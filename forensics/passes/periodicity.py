@@ -100,9 +100,10 @@ def _best_period(logged: pl.Series, spiked: pl.Series) -> tuple[int, float, int]
         phase, hits = phases.row(0)
         occasions = int((logged % period == phase).sum())
         strength = hits / occasions if occasions else 0.0
+        if hits < MIN_SPIKES or strength < MIN_STRENGTH or (best is not None and hits <= best[2]):
+            continue
         # Could chance fill this phase? Every phase of every candidate was a try (Bonferroni).
-        by_chance = _binomial_tail(int(hits), occasions, base_rate) * tries
-        if hits >= MIN_SPIKES and strength >= MIN_STRENGTH and by_chance < MAX_CHANCE and (best is None or hits > best[2]):
+        if _binomial_tail(int(hits), occasions, base_rate) * tries < MAX_CHANCE:
             best = (int(period), strength, int(hits))
     return best
 
