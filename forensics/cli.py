@@ -70,6 +70,28 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+PatternDirs = Annotated[
+    list[Path] | None,
+    typer.Option("--patterns", help="A folder of your own pattern TOML files, added to the built-in catalog after validation (repeatable)."),
+]
+
+
+def _catalog(user_dirs: list[Path] | None):
+    """The built-in catalog plus the user's pattern folders, each validated; exit 2 on a bad one."""
+    from forensics.catalog import load_full
+    from forensics.catalog.load import CatalogError, load_catalog
+    from forensics.catalog.validate import validate_catalog
+
+    try:
+        catalog = load_full(user_dirs or ())
+        problems = [p for d in user_dirs or () for p in validate_catalog(load_catalog(d))]
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    if problems:
+        raise _fail(f"{len(problems)} problem(s) in --patterns: " + "; ".join(str(p) for p in problems[:5]))
+    return catalog
+
+
 @app.command()
 def analyze(
     directory: Annotated[Path, typer.Argument(help="Incident folder (rank logs, NCCL output, traces, GPU dumps), or a single log file.")],
@@ -78,10 +100,12 @@ def analyze(
     frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
     fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Print where the time went, stage by stage, on stderr.")] = False,
+    pattern_dirs: PatternDirs = None,
 ) -> None:
     """Analyze one incident folder and write postmortem.md, verdict.json and figures/."""
-    from forensics.analyze import InputError, timed
-    from forensics.analyze import analyze as run_analysis
+    from forensics.analysis import InputError
+    from forensics.flow import timed
+    from forensics.flow import analyze as run_analysis
     from forensics.report.verdict_json import render_json
     from forensics.output import write_report
 
@@ -89,8 +113,9 @@ def analyze(
     target = out if out is not None else Path("forensics-report") / name
     if overlap := _overlap(directory, target):
         raise _fail(overlap)
+    catalog = _catalog(pattern_dirs)
     try:
-        analysis = run_analysis(directory, progress=_progress)
+        analysis = run_analysis(directory, catalog, progress=_progress)
     except InputError as exc:
         raise _fail(str(exc)) from None
     try:
@@ -171,6 +196,7 @@ def batch(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, index.parquet, fleet.md.")],
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (local engine).")] = 2,
     engine: Annotated[Engine, typer.Option("--engine", help="'local' process pool or a 'ray' cluster.")] = Engine.local,
+    pattern_dirs: PatternDirs = None,
 ) -> None:
     """Analyze every incident under ROOT(s); write per-incident reports and a fleet summary."""
     from forensics.batch.fleet import write_fleet
@@ -179,7 +205,8 @@ def batch(
     missing = [str(r) for r in roots if not r.is_dir()]
     if missing:
         raise _fail(f"not a directory: {', '.join(missing)}")
-    work = plan(roots, out)
+    _catalog(pattern_dirs)  # refuse a bad pattern folder before the first incident
+    work = plan(roots, out, tuple(d.resolve() for d in pattern_dirs or ()))
     if not work:
         raise _fail("no incident folders found")
     if engine == Engine.ray:
@@ -196,82 +223,125 @@ def batch(
 @patterns_app.command("list")
 def patterns_list(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="'json' for machine use.")] = OutputFormat.text,
+    pattern_dirs: PatternDirs = None,
 ) -> None:
-    """List every pattern: id, category, role, severity, title."""
-    from forensics.catalog import load_catalog
-
-    catalog = load_catalog()
+    """List every catalog id: line patterns, then the ids passes derive (role 'derived')."""
+    catalog = _catalog(pattern_dirs)
+    rows = [
+        {"id": p.id, "name": p.name, "category": p.category, "role": p.role, "severity": p.severity, "title": p.title}
+        for p in catalog.patterns
+    ] + [
+        {"id": d.id, "name": d.name, "category": d.category or None, "role": "derived", "severity": None, "title": d.title}
+        for d in catalog.derived
+    ]
     if output_format == OutputFormat.json:
-        rows = [{"id": p.id, "name": p.name, "category": p.category, "role": p.role, "severity": p.severity, "title": p.title} for p in catalog]
         typer.echo(json.dumps(rows, indent=2))
         return
-    for p in catalog:
-        typer.echo(f"{p.id:8} {p.category:18} {p.role:10} {p.severity:8} {p.title}")
+    for row in rows:
+        typer.echo(f"{row['id']:8} {row['category'] or 'varies':18} {row['role']:10} {row['severity'] or '':8} {row['title']}")
+
+
+def _bullets(heading: str, items: tuple[str, ...]) -> list[str]:
+    return [heading, *[f"  - {item}" for item in items]] if items else []
 
 
 @patterns_app.command("show")
-def patterns_show(pattern_id: Annotated[str, typer.Argument(help="Pattern id, e.g. OOM001.")]) -> None:
-    """Explain one pattern: what it detects, why it matters, what to do."""
-    from forensics.catalog import load_catalog
+def patterns_show(
+    pattern_id: Annotated[str, typer.Argument(help="Catalog id, e.g. OOM001, HANG001 or GPU-XID79.")],
+    pattern_dirs: PatternDirs = None,
+) -> None:
+    """Explain one catalog id: what it detects, why it matters, what to do, its examples."""
+    from forensics.catalog import Derived
 
-    catalog = {p.id.upper(): p for p in load_catalog()}
-    pattern = catalog.get(pattern_id.upper())
-    if pattern is None:
-        raise _fail(f"no pattern with id {pattern_id!r} (see 'forensics patterns list')")
+    entry = _catalog(pattern_dirs).entry(pattern_id)
+    if entry is None:
+        raise _fail(f"no catalog entry with id {pattern_id!r} (see 'forensics patterns list')")
+    if isinstance(entry, Derived):
+        header = f"made by a pass ({', '.join(entry.emitted_by)}), category {entry.category or 'set by the pass from context'}"
+        tail = ["numbered: the emitted id carries a code after this id"] if entry.numbered else []
+    else:
+        header = f"category {entry.category}, role {entry.role}, severity {entry.severity}, tier {entry.tier}"
+        tail = [
+            f"regex: {entry.regex}",
+            *_bullets("Matches, e.g.:", entry.match_examples),
+            *_bullets("Does not match, e.g.:", entry.no_match_examples),
+        ]
     lines = [
-        f"{pattern.id} ({pattern.name}): {pattern.title}",
-        f"category {pattern.category}, role {pattern.role}, severity {pattern.severity}",
+        f"{entry.id} ({entry.name}): {entry.title}",
+        header,
         "",
-        pattern.meaning,
+        entry.meaning,
         "",
-        "Likely causes:",
-        *[f"  - {c}" for c in pattern.causes],
-        "What to do now:",
-        *[f"  - {c}" for c in pattern.immediate],
-        "How to prevent it:",
-        *[f"  - {c}" for c in pattern.structural],
-        "References:",
-        *[f"  - {c}" for c in pattern.references],
+        *_bullets("Likely causes:", entry.causes),
+        *_bullets("What to do now:", entry.immediate),
+        *_bullets("How to prevent it:", entry.structural),
+        *_bullets("References:", entry.references),
         "",
-        f"regex: {pattern.regex}",
+        *tail,
     ]
-    typer.echo("\n".join(lines))
+    typer.echo(inert("\n".join(lines).rstrip()))
 
 
 @patterns_app.command("test")
-def patterns_test() -> None:
-    """Run every pattern's embedded examples through the real matcher."""
-    from forensics.catalog import load_catalog
+def patterns_test(
+    pattern_id: Annotated[str | None, typer.Argument(help="Run only this pattern's examples.")] = None,
+    line: Annotated[str | None, typer.Option("--line", help="Which patterns match this line?")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Which patterns match which lines of this file?")] = None,
+    pattern_dirs: PatternDirs = None,
+) -> None:
+    """Run the embedded examples through the real matcher, or ask which patterns match a
+    line (--line) or the lines of a file (--file). Exit 1 on a failing example or no match."""
+    import polars as pl
+
+    from forensics.catalog.match import match_catalog
     from forensics.catalog.validate import example_results
 
-    catalog = load_catalog()
-    problems = example_results(catalog)
+    catalog = _catalog(pattern_dirs)
+    patterns = catalog.patterns
+    if pattern_id is not None:
+        patterns = [p for p in patterns if p.id.upper() == pattern_id.upper()]
+        if not patterns:
+            raise _fail(f"no line pattern with id {pattern_id!r} (derived ids have no examples to run)")
+    if line is not None or file is not None:
+        texts = [line] if line is not None else _file_lines(file)
+        lines = pl.DataFrame({"file": "-", "line": range(1, len(texts) + 1), "text": texts}, schema={"file": pl.String, "line": pl.Int64, "text": pl.String})
+        found = match_catalog(lines, patterns)
+        for row in found.iter_rows(named=True):
+            where = f"{row['line']}: " if file is not None else ""
+            typer.echo(inert(f"{where}{row['pattern']:8} {row['category']:18} {row['role']:10} {row['title']}  {row['captures']}"))
+        typer.echo(f"{found.height} match(es) over {len(texts)} line(s)")
+        if found.is_empty():
+            raise typer.Exit(1)
+        return
+    problems = example_results(patterns)
     for problem in problems:
-        typer.echo(str(problem), err=True)
-    examples = sum(len(p.match_examples) + len(p.no_match_examples) for p in catalog)
+        typer.echo(inert(str(problem)), err=True)
+    examples = sum(len(p.match_examples) + len(p.no_match_examples) for p in patterns)
     typer.echo(f"{examples - len(problems)} passed, {len(problems)} failed")
     if problems:
         raise typer.Exit(1)
 
 
-@patterns_app.command("validate")
-def patterns_validate() -> None:
-    """Lint the catalog: fields, regex syntax, literals, examples."""
-    from forensics.catalog import load_catalog
-    from forensics.catalog.load import CatalogError
-    from forensics.catalog.validate import validate_catalog
-
+def _file_lines(path: Path) -> list[str]:
     try:
-        catalog = load_catalog()
-    except CatalogError as exc:
-        raise _fail(str(exc), code=1) from None
-    problems = validate_catalog(catalog)
+        return path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+@patterns_app.command("validate")
+def patterns_validate(pattern_dirs: PatternDirs = None) -> None:
+    """Lint the catalog (and --patterns folders): fields, regex syntax, literals, examples,
+    and that every derived id is still emitted by the modules it names."""
+    from forensics.catalog.validate import validate_catalog, validate_derived
+
+    catalog = _catalog(pattern_dirs)
+    problems = validate_catalog(catalog.patterns) + validate_derived(catalog.derived)
     for problem in problems:
-        typer.echo(str(problem), err=True)
-    typer.echo(f"{len(catalog)} patterns, {len(problems)} problems")
+        typer.echo(inert(str(problem)), err=True)
+    typer.echo(f"{len(catalog.patterns)} patterns, {len(catalog.derived)} derived ids, {len(problems)} problems")
     if problems:
         raise typer.Exit(1)
-
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.catalog.load import Pattern
+from forensics.catalog.load import Derived, Pattern
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
 
 ROLE_WEIGHT = {"initiating": 0.55, "symptom": 0.35, "cascade": 0.20, "teardown": 0.10}
@@ -153,7 +153,7 @@ def _advising(evidence: pl.DataFrame) -> list[str]:
     return leading["pattern"].unique(maintain_order=True).to_list()
 
 
-def _fixes(patterns: dict[str, Pattern], pattern_ids: list[str], playbook: dict[str, Any]) -> dict[str, list[str]]:
+def _fixes(patterns: dict[str, Pattern | Derived], pattern_ids: list[str], playbook: dict[str, Any]) -> dict[str, list[str]]:
     immediate: list[str] = []
     structural: list[str] = []
     for pid in pattern_ids:
@@ -179,7 +179,7 @@ def _who(ranks: list[int], hosts: list[str]) -> str:
 
 
 def build_hypotheses(
-    findings: pl.DataFrame, lines: pl.DataFrame, patterns: dict[str, Pattern], playbooks: dict[str, Any]
+    findings: pl.DataFrame, lines: pl.DataFrame, patterns: dict[str, Pattern | Derived], playbooks: dict[str, Any]
 ) -> list[Hypothesis]:
     failures = findings.filter(pl.col("role") != "event", pl.col("severity") != "info")
     if failures.is_empty():
@@ -252,7 +252,7 @@ GENERIC_TIER_FACTOR = 0.85  # a message family, not a known message: less sure o
 UNKNOWN_FACTOR = 0.6
 
 
-def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern]) -> float:
+def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern | Derived]) -> float:
     """Top score, discounted by how close the strongest competing hypothesis comes and by
     how specific its evidence is (a known message, a message family, or no category)."""
     top = hypotheses[0]
@@ -421,7 +421,7 @@ def decide(
     lines: pl.DataFrame,
     ranks: pl.DataFrame,
     unmatched: pl.DataFrame,
-    patterns: dict[str, Pattern],
+    patterns: dict[str, Pattern | Derived],
     world: int | None,
     proofs: pl.DataFrame | None = None,
 ) -> Verdict:

@@ -69,7 +69,7 @@ def test_malformed_pattern_is_a_catalog_error(tmp_path, edit, message):
 def test_duplicate_ids_are_an_error(tmp_path):
     write_pattern(tmp_path, GOOD)
     write_pattern(tmp_path, GOOD.replace('name = "cuda-oom"', 'name = "again"'), family="other", filename="TST001-again.toml")
-    with pytest.raises(CatalogError, match="duplicate id TST001"):
+    with pytest.raises(CatalogError, match="duplicate pattern id TST001"):
         load_catalog(tmp_path)
 
 
@@ -153,7 +153,7 @@ def test_a_generic_family_speaks_only_where_no_specific_pattern_does():
 
 def test_the_watchdog_wrapping_an_unknown_cuda_error_is_classified_by_what_it_wraps(tmp_path):
     """A wrapper is not a cause: the watchdog line carries a CUDA error no specific pattern knows."""
-    from forensics.analyze import analyze
+    from forensics.flow import analyze
     from tests.conftest import write_files
 
     line = "[rank3]:[E1124 10:00:00.000000000 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure"

@@ -189,7 +189,89 @@ def test_patterns_list_json_is_the_catalog():
 
 def test_patterns_show_unknown_id_is_exit_2():
     result = run("patterns", "show", "NOPE999")
-    assert result.exit_code == 2 and "no pattern" in result.stderr
+    assert result.exit_code == 2 and "no catalog entry" in result.stderr
+
+
+def test_patterns_show_explains_a_pass_made_id_and_a_numbered_one():
+    hang = run("patterns", "show", "HANG001")
+    assert hang.exit_code == 0 and "forensics/passes/collectives.py" in hang.stdout and "What to do now:" in hang.stdout
+    xid = run("patterns", "show", "GPU-XID79")
+    assert xid.exit_code == 0 and xid.stdout.startswith("GPU-XID (xid-event)")
+
+
+def test_patterns_show_prints_the_examples():
+    result = run("patterns", "show", "DIST001")
+    assert result.exit_code == 0
+    assert "Matches, e.g.:" in result.stdout and "Does not match, e.g.:" in result.stdout
+    assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=20585" in result.stdout
+
+
+def test_patterns_test_line_names_the_matching_pattern():
+    line = ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, "
+            "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.")
+    result = run("patterns", "test", "--line", line)
+    assert result.exit_code == 0 and result.stdout.startswith("DIST001 ") and '"seq":"469508"' in result.stdout
+    nothing = run("patterns", "test", "--line", "all is well")
+    assert nothing.exit_code == 1 and "0 match(es) over 1 line(s)" in nothing.stdout
+
+
+def test_patterns_test_file_numbers_the_matching_lines(tmp_path):
+    log = tmp_path / "rank5.log"
+    log.write_text(OOM_LOG)
+    result = run("patterns", "test", "--file", log)
+    assert result.exit_code == 0
+    assert any(line.startswith("5: OOM") for line in result.stdout.splitlines()), result.stdout
+
+
+def test_patterns_test_one_id_runs_only_its_examples():
+    result = run("patterns", "test", "DIST001")
+    assert result.exit_code == 0 and result.stdout.strip() == "5 passed, 0 failed"
+
+
+USER_PATTERN = """id = "SITE001"
+name = "scratch-quota"
+title = "Site scratch quota exceeded"
+category = "CHECKPOINT_IO"
+severity = "error"
+role = "initiating"
+literals = ["scratch quota exceeded"]
+regex = '''scratch quota exceeded for (?P<user>\\w+)'''
+meaning = "Our cluster's scratch filesystem refused a write."
+immediate = ["Clean old checkpoints from scratch"]
+structural = ["Alert at 80% of the scratch quota"]
+
+[examples]
+match = ["lustre: scratch quota exceeded for alice"]
+no_match = ["scratch quota ok"]
+"""
+
+
+def test_a_user_pattern_folder_joins_the_catalog(tmp_path):
+    mine = tmp_path / "site"
+    mine.mkdir()
+    (mine / "SITE001-scratch-quota.toml").write_text(USER_PATTERN)
+    write_files(tmp_path / "incident", {"rank0.log": "step 1\nlustre: scratch quota exceeded for alice\n"})
+    result = run("analyze", tmp_path / "incident", "--out", tmp_path / "out", "--patterns", mine, "--format", "json")
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.stdout)["verdict"]
+    assert verdict["category"] == "CHECKPOINT_IO"
+    assert run("patterns", "show", "SITE001", "--patterns", mine).exit_code == 0
+    assert run("patterns", "show", "SITE001").exit_code == 2  # not built in
+
+
+def test_a_bad_user_pattern_folder_is_refused_before_analysis(tmp_path):
+    mine = tmp_path / "site"
+    mine.mkdir()
+    (mine / "SITE001-scratch-quota.toml").write_text(USER_PATTERN.replace('no_match = ["scratch quota ok"]', 'no_match = ["scratch quota exceeded for bob"]'))
+    write_files(tmp_path / "incident", {"rank0.log": "step 1\n"})
+    result = run("analyze", tmp_path / "incident", "--out", tmp_path / "out", "--patterns", mine)
+    assert result.exit_code == 2 and "no_match example matches" in result.stderr
+    assert not (tmp_path / "out").exists()
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    (clash / "OOM001-mine.toml").write_text(USER_PATTERN.replace("SITE001", "OOM001").replace("scratch-quota", "mine"))
+    result = run("analyze", tmp_path / "incident", "--out", tmp_path / "out", "--patterns", clash)
+    assert result.exit_code == 2 and "duplicate pattern id OOM001" in result.stderr
 
 
 def test_a_failing_step_is_reported_not_fatal(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.analyze import analyze
+from forensics.flow import analyze
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures"
 INCIDENTS = sorted(p.parent for p in (ROOT / "incidents").glob("*/expected.json"))
@@ -99,3 +99,10 @@ def test_what_to_do_now_comes_first_and_never_from_cascade_or_teardown(folder, a
         immediate = analysis.verdict.hypotheses[0].fixes["immediate"]
         leading = _advice_of_roles({"initiating", "symptom"})
         assert not [f for f in immediate if f in _advice_of_roles({"cascade", "teardown"}) and f not in leading]
+
+
+@pytest.mark.parametrize("folder", INCIDENTS + PUBLIC, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_finding_id_is_a_catalog_entry(folder, analyses):
+    analysis = _analysis(folder, analyses)
+    ids = analysis.incident.findings["pattern"].unique().to_list()
+    assert [i for i in ids if analysis.catalog.entry(i) is None] == []

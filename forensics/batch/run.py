@@ -28,6 +28,7 @@ class Job:
     incident_id: str
     path: Path
     out: Path
+    pattern_dirs: tuple[Path, ...] = ()
 
 
 def find_incidents(roots: Iterable[Path]) -> list[Path]:
@@ -47,21 +48,22 @@ def incident_id(path: Path, taken: set[str]) -> str:
     return base
 
 
-def plan(roots: Iterable[Path], out: Path) -> list[Job]:
+def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = ()) -> list[Job]:
     taken: set[str] = set()
-    return [Job(incident_id(p, taken), p, out / "incidents") for p in find_incidents(roots)]
+    return [Job(incident_id(p, taken), p, out / "incidents", pattern_dirs) for p in find_incidents(roots)]
 
 
 def run_job(job: Job) -> dict[str, Any]:
     """Analyze one incident and write its report; always returns an index row."""
-    from forensics.analyze import analyze
+    from forensics.flow import analyze
+    from forensics.catalog import load_full
     from forensics.report.verdict_json import verdict_document
     from forensics.output import write_report
 
     row: dict[str, Any] = {column: None for column in INDEX_COLUMNS}
     row.update(id=job.incident_id, path=str(job.path))
     try:
-        analysis = analyze(job.path)
+        analysis = analyze(job.path, load_full(job.pattern_dirs))
         write_report(analysis, job.out / job.incident_id)
     except Exception as exc:  # one bad incident must not end a thousand-incident batch
         row["error"] = f"{type(exc).__name__}: {exc}"

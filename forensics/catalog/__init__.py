@@ -1,5 +1,5 @@
 """The pattern catalog: TOML files under patterns/, loaded, validated and matched."""
 
-from forensics.catalog.load import Pattern, default_catalog_dir, load_catalog
+from forensics.catalog.load import Catalog, Derived, Pattern, default_catalog_dir, load_catalog, load_full
 
-__all__ = ["Pattern", "default_catalog_dir", "load_catalog"]
+__all__ = ["Catalog", "Derived", "Pattern", "default_catalog_dir", "load_catalog", "load_full"]

@@ -1,12 +1,15 @@
-"""Read `patterns/<family>/<ID>-<name>.toml` files into `Pattern` objects.
+"""Read `patterns/<family>/<ID>-<name>.toml` files into `Pattern` and `Derived` objects.
 
 Loading checks only the shape of each file (fields present, right types); whether a
 pattern is good (examples hold, literals are rare and required) is `validate`'s job.
+`patterns/derived/` holds the ids that passes make from frames rather than from one line
+(HANG001, GPU-XID79, STACK003, ...): what they mean and what to do, with no regex.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +17,8 @@ from forensics.schema import Category, Role, Severity
 
 TIERS = ("specific", "generic")
 REQUIRED = ("id", "name", "title", "category", "severity", "role", "literals", "regex", "meaning")
+DERIVED_DIR = "derived"
+DERIVED_REQUIRED = ("id", "name", "title", "meaning", "emitted_by", "immediate", "structural")
 
 
 class CatalogError(ValueError):
@@ -50,6 +55,34 @@ class Pattern:
         return self.path.parent.name if self.path else ""
 
 
+@dataclass(frozen=True)
+class Derived:
+    """A finding id a pass emits: its meaning and advice. The pass sets category, role and
+    severity from what it saw; `category` here is the usual one, "" when it varies.
+    `numbered`: the emitted id is this id followed by a number (GPU-XID + 79)."""
+
+    id: str
+    name: str
+    title: str
+    meaning: str
+    emitted_by: tuple[str, ...]
+    category: str = ""
+    causes: tuple[str, ...] = ()
+    immediate: tuple[str, ...] = ()
+    structural: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    numbered: bool = False
+    rank_agnostic: bool = False
+    path: Path | None = field(default=None, compare=False)
+    tier = "derived"  # neither a known message nor a message family: a pass's conclusion
+
+    def names(self, finding_id: str) -> bool:
+        """True when `finding_id` is this entry's id (or, if numbered, the id plus a number)."""
+        if finding_id == self.id:
+            return True
+        return self.numbered and finding_id.startswith(self.id) and finding_id[len(self.id) :].isdigit()
+
+
 def default_catalog_dir() -> Path:
     """The repo's patterns/ in a checkout, or the copy shipped inside the wheel."""
     package_dir = Path(__file__).resolve().parent.parent
@@ -66,11 +99,15 @@ def _strings(data: dict, key: str, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_pattern(path: Path) -> Pattern:
+def _read(path: Path) -> dict:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def load_pattern(path: Path) -> Pattern:
+    data = _read(path)
     missing = [key for key in REQUIRED if key not in data]
     if missing:
         raise CatalogError(f"{path}: missing {', '.join(missing)}")
@@ -107,13 +144,92 @@ def load_pattern(path: Path) -> Pattern:
     )
 
 
-def load_catalog(directory: Path | None = None) -> list[Pattern]:
-    """All patterns under `directory`, sorted by id; duplicate ids are an error."""
-    directory = directory or default_catalog_dir()
-    patterns = [load_pattern(p) for p in sorted(directory.glob("*/*.toml"))]
+def load_derived_entry(path: Path) -> Derived:
+    data = _read(path)
+    missing = [key for key in DERIVED_REQUIRED if key not in data]
+    if missing:
+        raise CatalogError(f"{path}: missing {', '.join(missing)}")
+    if "regex" in data or "literals" in data:
+        raise CatalogError(f"{path}: a derived id is made by a pass; it has no regex or literals")
+    category = data.get("category", "")
+    if category and category not in Category.__members__:
+        raise CatalogError(f"{path}: unknown category {category!r}")
+    for flag in ("numbered", "rank_agnostic"):
+        if not isinstance(data.get(flag, False), bool):
+            raise CatalogError(f"{path}: '{flag}' must be true or false")
+    return Derived(
+        id=data["id"],
+        name=data["name"],
+        title=data["title"],
+        meaning=data["meaning"].strip(),
+        emitted_by=_strings(data, "emitted_by", path),
+        category=category,
+        causes=_strings(data, "causes", path),
+        immediate=_strings(data, "immediate", path),
+        structural=_strings(data, "structural", path),
+        references=_strings(data, "references", path),
+        numbered=data.get("numbered", False),
+        rank_agnostic=data.get("rank_agnostic", False),
+        path=path,
+    )
+
+
+def _unique(entries: list, kind: str) -> list:
     seen: dict[str, Path | None] = {}
-    for pattern in patterns:
-        if pattern.id in seen:
-            raise CatalogError(f"duplicate id {pattern.id}: {seen[pattern.id]} and {pattern.path}")
-        seen[pattern.id] = pattern.path
-    return sorted(patterns, key=lambda p: p.id)
+    for entry in entries:
+        if entry.id in seen:
+            raise CatalogError(f"duplicate {kind} id {entry.id}: {seen[entry.id]} and {entry.path}")
+        seen[entry.id] = entry.path
+    return sorted(entries, key=lambda e: e.id)
+
+
+def load_catalog(directory: Path | None = None) -> list[Pattern]:
+    """All line patterns under `directory` (every family but derived/), sorted by id;
+    duplicate ids are an error."""
+    directory = directory or default_catalog_dir()
+    paths = [p for p in sorted([*directory.glob("*.toml"), *directory.glob("*/*.toml")]) if p.parent.name != DERIVED_DIR]
+    return _unique([load_pattern(p) for p in paths], "pattern")
+
+
+def load_derived(directory: Path | None = None) -> list[Derived]:
+    """The pass-made ids of `directory/derived/`, sorted by id."""
+    directory = directory or default_catalog_dir()
+    entries = _unique([load_derived_entry(p) for p in sorted((directory / DERIVED_DIR).glob("*.toml"))], "derived")
+    line_ids = {p.stem.split("-", 1)[0] for p in directory.glob("*/*.toml") if p.parent.name != DERIVED_DIR}
+    clash = sorted(e.id for e in entries if e.id in line_ids)
+    if clash:
+        raise CatalogError(f"derived ids also used by line patterns: {', '.join(clash)}")
+    return entries
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Line patterns (matched over every line) and derived ids (emitted by passes)."""
+
+    patterns: list[Pattern]
+    derived: list[Derived]
+
+    def entry(self, finding_id: str) -> Pattern | Derived | None:
+        """The entry that explains `finding_id`, case-insensitively; None when unknown."""
+        wanted = finding_id.upper()
+        for pattern in self.patterns:
+            if pattern.id.upper() == wanted:
+                return pattern
+        return next((d for d in self.derived if d.names(wanted)), None)
+
+    def entries_for(self, finding_ids: Sequence[str]) -> dict[str, Pattern | Derived]:
+        """Each known finding id with its entry; ids the catalog does not know are left out."""
+        return {fid: entry for fid in finding_ids if (entry := self.entry(fid)) is not None}
+
+
+def load_full(user_dirs: Sequence[Path] = (), directory: Path | None = None) -> Catalog:
+    """The built-in catalog merged with users' pattern directories (laid out like
+    `patterns/`). A user id that the built-in catalog already has is an error: ids are
+    stable names in verdicts and tickets, so a user pattern adds, never replaces."""
+    patterns = load_catalog(directory)
+    derived = load_derived(directory)
+    for user_dir in user_dirs:
+        if not Path(user_dir).is_dir():
+            raise CatalogError(f"{user_dir}: not a directory of patterns")
+        patterns = _unique(patterns + load_catalog(Path(user_dir)), "pattern")
+    return Catalog(patterns, derived)

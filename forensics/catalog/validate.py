@@ -1,5 +1,8 @@
 """Lint the catalog: every example holds, literals are sound, regexes are safe.
 
+A derived id is rejected when a module it names as `emitted_by` is missing or no
+longer holds the id (the entry outlived the code), or when it lacks fixes.
+
 A pattern is rejected when its regex does not compile under Polars' engine, when a
 `match` example fails or a `no_match` example matches, when one of its literals is
 missing from a `match` example (the prefilter would hide real hits), when a literal is
@@ -10,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
-from forensics.catalog.load import Pattern
+from forensics.catalog.load import Derived, Pattern
 from forensics.catalog.match import match_catalog
 
 MIN_LITERAL_LENGTH = 5
@@ -93,4 +97,24 @@ def validate_catalog(patterns: Sequence[Pattern]) -> list[Problem]:
     problems = [problem for p in patterns for problem in lint_pattern(p)]
     broken = {p.pattern for p in problems if "does not compile" in p.message}
     problems += example_results([p for p in patterns if p.id not in broken])
+    return problems
+
+
+def validate_derived(entries: Sequence[Derived]) -> list[Problem]:
+    """Each derived id is still emitted by the modules it names, and says what to do."""
+    package_parent = Path(__file__).resolve().parents[2]
+    problems: list[Problem] = []
+    for entry in entries:
+        if entry.path is not None and entry.path.name != f"{entry.id}-{entry.name}.toml":
+            problems.append(Problem(entry.id, f"file name should be {entry.id}-{entry.name}.toml"))
+        if not entry.emitted_by:
+            problems.append(Problem(entry.id, "emitted_by names no module"))
+        for module in entry.emitted_by:
+            source = package_parent / module
+            if not source.is_file():
+                problems.append(Problem(entry.id, f"emitted_by module {module} does not exist"))
+            elif f'"{entry.id}' not in source.read_text(encoding="utf-8"):
+                problems.append(Problem(entry.id, f"{module} no longer emits {entry.id}"))
+        if not entry.immediate or not entry.structural:
+            problems.append(Problem(entry.id, "needs immediate and structural fixes"))
     return problems
