@@ -1,4 +1,4 @@
-"""The whole flow for one incident folder: discover -> ingest -> passes -> verdict.
+"""The whole flow for one incident: load (discover -> read) then analyze (match -> passes -> verdict).
 
 Each stage is a plain function over frames; this module only sequences them, reports
 progress, and keeps one failing optional source (a trace, a GPU dump) from taking the
@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from forensics import sources
-from forensics.catalog.load import Pattern, load_catalog
+from forensics.analysis import Analysis, InputError
+from forensics.catalog.load import Catalog, load_full
 from forensics.catalog.match import match_catalog
 from forensics.discover import discover, rank_from_name
 from forensics.incident import FileStatus, Incident
@@ -27,24 +27,11 @@ from forensics.passes.verbatim import quote_lines
 from forensics.passes.templates import unmatched_error_templates
 from forensics.schema import InputKind, InputStatus
 from forensics.steps.common import Step
-from forensics.verdict import Verdict, decide
+from forensics.verdict import decide
 
 TEXT_KINDS = (InputKind.RANK_LOG, InputKind.CONSOLE_LOG, InputKind.NCCL_LOG, InputKind.KERNEL_LOG)
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class Analysis:
-    incident: Incident
-    verdict: Verdict
-    patterns: list[Pattern]
-    world_size: int | None
-    unmatched: pl.DataFrame
-
-
-class InputError(ValueError):
-    """The folder cannot be analyzed at all (missing, not a folder, nothing readable)."""
 
 
 def _quiet(_: str) -> None:
@@ -63,7 +50,13 @@ def ingest_text(incident: Incident) -> None:
     incident.add_findings(conflicts)
 
 
-def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progress = _quiet) -> Analysis:
+def load_incident(root: Path, progress: Progress = _quiet) -> Incident:
+    """Discover and read an incident (a folder, or one log file) into its frames.
+
+    Leaves `inputs`, `lines` and the readers' tables filled; findings hold only what
+    reading itself found (rank claims that disagree, traces with problems). Raises
+    InputError when there is nothing to analyze.
+    """
     root = Path(root)
     if not root.exists():
         raise InputError(f"{root} does not exist")
@@ -72,7 +65,6 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
         root, only = root.parent, root.name
     elif not root.is_dir():
         raise InputError(f"{root} is neither a file nor a directory")
-    patterns = patterns if patterns is not None else load_catalog()
     incident = Incident(root=root, name=Path(only).stem if only else root.name)
 
     progress(f"discovering files under {root}")
@@ -86,10 +78,21 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
         ingest_text(incident)
     for step in sources.SOURCES:
         run_isolated(step, incident, progress)
+    _mark_unclaimed(incident)
+    if incident.inputs.filter(pl.col("status") != InputStatus.SKIPPED).is_empty():
+        raise InputError(f"nothing readable in {root} ({incident.inputs.height} files, all skipped)")
+    return incident
 
-    progress(f"matching {len(patterns)} patterns over {incident.lines.height:,} lines")
+
+def analyze_incident(incident: Incident, catalog: Catalog | None = None, progress: Progress = _quiet) -> Analysis:
+    """Match the catalog, extract metrics, run the passes and decide the verdict.
+
+    Fills the incident's `findings`, `metrics`, `ranks` and pass tables in place.
+    """
+    catalog = catalog if catalog is not None else load_full()
+    progress(f"matching {len(catalog.patterns)} patterns over {incident.lines.height:,} lines")
     with timed(incident, "match catalog"):
-        incident.add_findings(match_catalog(incident.lines, patterns))
+        incident.add_findings(match_catalog(incident.lines, catalog.patterns))
     with timed(incident, "metrics"):
         incident.metrics = extract_metrics(incident.lines)
 
@@ -102,17 +105,20 @@ def analyze(root: Path, patterns: list[Pattern] | None = None, progress: Progres
             incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"), incident.tables.get("health")
         )
         unmatched = unmatched_error_templates(incident.lines, incident.findings)
-    _mark_unclaimed(incident)
-    if incident.inputs.filter(pl.col("status") != InputStatus.SKIPPED).is_empty():
-        raise InputError(f"nothing readable in {root} ({incident.inputs.height} files, all skipped)")
 
     progress("deciding the verdict")
     with timed(incident, "verdict"):
         verdict = decide(
-            incident.findings, incident.lines, incident.ranks, unmatched, {p.id: p for p in patterns}, world,
+            incident.findings, incident.lines, incident.ranks, unmatched,
+            catalog.entries_for(incident.findings["pattern"].unique().to_list()), world,
             incident.tables.get("health"),
         )
-    return Analysis(incident, verdict, patterns, world, unmatched)
+    return Analysis(incident, verdict, catalog, world, unmatched)
+
+
+def analyze(root: Path, catalog: Catalog | None = None, progress: Progress = _quiet) -> Analysis:
+    """The whole flow for one incident folder or log file: load it, then analyze it."""
+    return analyze_incident(load_incident(root, progress), catalog, progress)
 
 
 @contextmanager

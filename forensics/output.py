@@ -16,10 +16,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from forensics import sources
-from forensics.analyze import Analysis
+import polars as pl
+import pyarrow.parquet as pq
+
+from forensics import __version__, sources
+from forensics.analysis import Analysis
 from forensics.report.markdown import render_markdown
 from forensics.report.verdict_json import render_json
+from forensics.schema import SCHEMA_VERSION
 
 FRAMES = ("inputs", "lines", "findings", "metrics", "ranks")
 MANIFEST = ".forensics-written"
@@ -45,11 +49,19 @@ def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Pa
         for name, frame in sorted(named.items()):
             if name.isidentifier():
                 path = frames_dir / f"{name}.parquet"
-                _atomic(path, frame.write_parquet)
+                _atomic(path, lambda tmp: write_frame(frame, name, tmp))
                 written.append(path)
     everything = written + figures
     _atomic(out / MANIFEST, lambda tmp: tmp.write_text(json.dumps(sorted(p.relative_to(out).as_posix() for p in everything), indent=1)))
     return everything
+
+
+def write_frame(frame: pl.DataFrame, name: str, path: Path) -> None:
+    """One frame as Parquet, with the frame's name and SCHEMA_VERSION in the file metadata."""
+    table = frame.to_arrow()
+    metadata = {**(table.schema.metadata or {}), b"forensics.frame": name.encode(), b"forensics.schema_version": str(SCHEMA_VERSION).encode(),
+                b"forensics.version": __version__.encode()}
+    pq.write_table(table.replace_schema_metadata(metadata), path)
 
 
 def _isolated(analysis: Analysis, name: str, make: Callable[[], object]) -> object:

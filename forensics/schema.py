@@ -3,16 +3,20 @@
 One place declares what a frame looks like so that ingest modules, passes and the
 report agree without importing each other. Timestamps are UTC microseconds, ranks
 Int32, and every evidence-bearing row keeps its `file` and `line` so any claim in a
-report can cite where it came from.
+report can cite where it came from. The five core frames are declared with `frame()`,
+which keeps each column's meaning next to its dtype: docs/frames.md is generated from
+FRAME_DOCS, and `--frames` writes SCHEMA_VERSION into every Parquet file.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 import polars as pl
 
 TIME = pl.Datetime("us", "UTC")
+SCHEMA_VERSION = 1  # of the frames: bump when a column of a core frame changes meaning or dtype
 
 
 class Category(StrEnum):
@@ -105,6 +109,24 @@ class InputStatus(StrEnum):
     SKIPPED = "skipped"
 
 
+@dataclass(frozen=True)
+class FrameDoc:
+    """A frame's documented schema: what a row is, and each column's dtype and meaning."""
+
+    name: str
+    description: str
+    columns: dict[str, tuple[pl.DataType, str]]
+
+
+FRAME_DOCS: dict[str, FrameDoc] = {}
+
+
+def frame(name: str, description: str, *columns: tuple[str, pl.DataType, str]) -> dict[str, pl.DataType]:
+    """Declare a frame: record its documentation, return its {column: dtype} schema."""
+    FRAME_DOCS[name] = FrameDoc(name, description, {column: (dtype, doc) for column, dtype, doc in columns})
+    return {column: dtype for column, dtype, _ in columns}
+
+
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
@@ -119,79 +141,84 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     )
 
 
-# One row per input file found under the incident folder.
-INPUTS: dict[str, pl.DataType] = {
-    "path": pl.String,  # relative to the incident folder, '/'-separated
-    "kind": pl.String,  # InputKind
-    "rank": pl.Int32,  # from the file name (content may disagree: see findings)
-    "host": pl.String,
-    "bytes": pl.Int64,
-    "lines": pl.Int64,
-    "status": pl.String,  # InputStatus
-    "problem": pl.String,  # why partial/skipped; null when parsed
-    "cut_mid_line": pl.Boolean,  # a text file whose last line has no newline: the writer stopped mid-line
-}
+INPUTS = frame(
+    "inputs",
+    "One row per input file found under the incident folder, with how reading it went.",
+    ("path", pl.String, "relative to the incident folder, '/'-separated"),
+    ("kind", pl.String, "InputKind: rank_log, console_log, nccl_log, trace, nvidia_smi_q, kernel_log, ..."),
+    ("rank", pl.Int32, "the rank its file name names (content may disagree: see findings)"),
+    ("host", pl.String, "the host its name or content names"),
+    ("bytes", pl.Int64, "size on disk"),
+    ("lines", pl.Int64, "text lines read"),
+    ("status", pl.String, "InputStatus: parsed, partial or skipped"),
+    ("problem", pl.String, "why partial or skipped; null when parsed"),
+    ("cut_mid_line", pl.Boolean, "a text file whose last line has no newline: its writer stopped mid-line"),
+)
 
-# One row per physical text line (a line holding tqdm `\r` redraws becomes several
-# rows sharing a line number, so citations still match what an editor shows).
-LINES: dict[str, pl.DataType] = {
-    "file": pl.String,
-    "line": pl.Int64,  # 1-based physical line number
-    "rank": pl.Int32,  # global rank, from content first, file name second
-    "local_rank": pl.Int32,
-    "host": pl.String,
-    "time": TIME,  # null when the line carries no timestamp
-    "text": pl.String,  # ANSI-stripped line, launcher prefixes kept
-    "block": pl.Int64,  # first line of the traceback / stack this line belongs to
-}
+LINES = frame(
+    "lines",
+    "One row per physical text line of every text input. A line holding tqdm `\\r` redraws becomes "
+    "several rows sharing a line number, so citations still match what an editor shows.",
+    ("file", pl.String, "the input's path"),
+    ("line", pl.Int64, "1-based physical line number"),
+    ("rank", pl.Int32, "global rank, from the line's own prefix first, the file name second"),
+    ("local_rank", pl.Int32, "rank on its host, when a launcher prefix says it"),
+    ("host", pl.String, "host, from the line's own prefix first, the file second"),
+    ("time", TIME, "UTC; null when the line carries no timestamp"),
+    ("text", pl.String, "the line with ANSI codes stripped, launcher prefixes kept"),
+    ("block", pl.Int64, "first line of the traceback or stack dump this line belongs to"),
+)
 
-# One row per piece of evidence, from the pattern catalog or any pass.
-FINDINGS: dict[str, pl.DataType] = {
-    "pattern": pl.String,  # catalog id (OOM001) or pass-made id (GPU-XID79, HANG-LAG)
-    "title": pl.String,
-    "category": pl.String,  # Category
-    "severity": pl.String,  # Severity
-    "role": pl.String,  # Role
-    "file": pl.String,
-    "line": pl.Int64,
-    "rank": pl.Int32,
-    "host": pl.String,
-    "time": TIME,
-    "text": pl.String,  # the cited line, verbatim (ANSI stripped)
-    "gpu": pl.Int32,  # GPU index on its host, when known
-    "pci_bus_id": pl.String,  # normalized 00000000:BB:DD.F, when known
-    "captures": pl.String,  # JSON object of named regex captures / pass details
-}
+FINDINGS = frame(
+    "findings",
+    "One row per piece of evidence, from a catalog pattern or a pass; `pattern` is its catalog id.",
+    ("pattern", pl.String, "catalog id: a line pattern (OOM001) or a derived id (HANG001, GPU-XID79)"),
+    ("title", pl.String, "what the finding says, in a few words"),
+    ("category", pl.String, "Category"),
+    ("severity", pl.String, "Severity: info, warning, error, critical"),
+    ("role", pl.String, "Role: initiating, symptom, cascade, teardown, event"),
+    ("file", pl.String, "the cited input"),
+    ("line", pl.Int64, "the cited line"),
+    ("rank", pl.Int32, "the rank it is about"),
+    ("host", pl.String, "the host it is about"),
+    ("time", TIME, "UTC time of the cited line"),
+    ("text", pl.String, "the cited line, verbatim (ANSI stripped)"),
+    ("gpu", pl.Int32, "GPU index on its host, when known"),
+    ("pci_bus_id", pl.String, "normalized 00000000:BB:DD.F, when known"),
+    ("captures", pl.String, "JSON object: the pattern's named captures, or the pass's details"),
+)
 
-# Training metrics parsed from log lines (one row per metric line).
-METRICS: dict[str, pl.DataType] = {
-    "file": pl.String,
-    "line": pl.Int64,
-    "rank": pl.Int32,
-    "time": TIME,
-    "step": pl.Int64,
-    "loss": pl.Float64,
-    "grad_norm": pl.Float64,
-    "step_time_s": pl.Float64,
-    "data_time_s": pl.Float64,  # time waiting for input, when the loop logs it
-    "loss_scale": pl.Float64,
-}
+METRICS = frame(
+    "metrics",
+    "Training metrics parsed from log lines: one row per metric line.",
+    ("file", pl.String, "the input's path"),
+    ("line", pl.Int64, "the metric line"),
+    ("rank", pl.Int32, "the rank that logged it"),
+    ("time", TIME, "UTC time of the line"),
+    ("step", pl.Int64, "training step or iteration"),
+    ("loss", pl.Float64, "loss"),
+    ("grad_norm", pl.Float64, "gradient norm"),
+    ("step_time_s", pl.Float64, "seconds per step (any logged unit, converted)"),
+    ("data_time_s", pl.Float64, "seconds waiting for input, when the loop logs it"),
+    ("loss_scale", pl.Float64, "mixed-precision loss scale"),
+)
 
 # No job has more ranks than this: a larger rank or world size in a name or a line is not one.
 MAX_RANKS = 1 << 17  # 131,072: above the largest jobs run today, small enough to list
 
-# Per-rank summary built by the cross-rank pass.
-RANKS: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "host": pl.String,
-    "first_time": TIME,
-    "last_time": TIME,
-    "last_step": pl.Int64,
-    "lines": pl.Int64,
-    "first_error_file": pl.String,
-    "first_error_line": pl.Int64,
-    "first_error_pattern": pl.String,
-    "first_error_text": pl.String,
-    "status": pl.String,  # killed | crashed | stalled | timed_out | exited | silent | finished | running
-}
+RANKS = frame(
+    "ranks",
+    "One row per rank: what the rank table of the postmortem shows.",
+    ("rank", pl.Int32, "global rank"),
+    ("host", pl.String, "its host"),
+    ("first_time", TIME, "its first timestamped line"),
+    ("last_time", TIME, "its last timestamped line"),
+    ("last_step", pl.Int64, "the last training step it logged"),
+    ("lines", pl.Int64, "lines it logged"),
+    ("first_error_file", pl.String, "file of its first initiating or symptom finding"),
+    ("first_error_line", pl.Int64, "line of that finding"),
+    ("first_error_pattern", pl.String, "catalog id of that finding"),
+    ("first_error_text", pl.String, "that line, verbatim"),
+    ("status", pl.String, "killed, crashed, stalled, timed_out, exited, silent, finished or running"),
+)
 RANK_ALIVE = ("running", "finished")  # rank statuses with nothing wrong in the rank's own lines

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import load_generator
-from forensics.analyze import ingest_text
+from forensics.flow import ingest_text
 from forensics.discover import discover
 from forensics.incident import Incident
 from forensics.ingest.c10d import parse_collectives, parse_exits

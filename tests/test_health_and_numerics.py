@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 
-from forensics.analyze import analyze
+from forensics.flow import analyze
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.health import abrupt_stops, health_proofs
 from forensics.passes.numerics import numerical_findings

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from forensics.analyze import analyze
+from forensics.flow import analyze
 from forensics.cli import app
 from forensics.ingest.timestamps import times_of
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forensics.analyze import analyze
+from forensics.flow import analyze
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.cross_rank import rank_table
 from tests.conftest import findings_frame, lines_frame

@@ -52,7 +52,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
 
 @pytest.mark.parametrize("name", ["srun_host_oom_killed", "gpu_clean_dump"])
 def test_gpu_ranks_table_is_sorted_and_repeatable(name):
-    from forensics.analyze import analyze
+    from forensics.flow import analyze
 
     tables = [analyze(FIXTURES / name).incident.tables["gpu_ranks"] for _ in range(3)]
     assert tables[0].height > 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from forensics.analyze import analyze
+from forensics.flow import analyze
 from forensics.passes.stacks import stack_waits, what_the_stalled_rank_did
 from forensics.passes.traceback_context import uncaught_exceptions
 from tests.conftest import findings_frame, lines_frame

@@ -46,14 +46,14 @@ def test_analyze_includes_traces(tmp_path):
 
 
 def test_trace_straggler_becomes_the_verdict():
-    from forensics.analyze import analyze
+    from forensics.flow import analyze
 
     verdict = analyze(TRACES).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("STRAGGLER", [2])
 
 
 def test_two_traces_claiming_one_rank_is_a_finding():
-    from forensics.analyze import analyze
+    from forensics.flow import analyze
 
     folder = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "edge" / "duplicate_rank"
     findings = analyze(folder).incident.findings

@@ -225,7 +225,7 @@ def test_a_sticky_cuda_error_ends_the_process_without_an_exception_line():
 
 
 def test_a_failure_at_the_first_timestamp_says_the_logs_start_there_not_zero_seconds_in(incident):
-    from forensics.analyze import analyze
+    from forensics.flow import analyze
 
     text = (
         "2024-11-14 03:14:24,101 [rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.analyze import Analysis
+from forensics.analysis import Analysis
 from forensics.report.markup import cell, code, code_block, plural, prose, ranges, table, where
 from forensics.schema import RANK_ALIVE
 

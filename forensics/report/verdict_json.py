@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from forensics import __version__
-from forensics.analyze import Analysis
+from forensics.analysis import Analysis
 
 SCHEMA_VERSION = 1
 
