@@ -149,12 +149,16 @@ def run_isolated(step: Step, incident: Incident, progress: Progress) -> None:
 
 
 def deduplicate(findings: pl.DataFrame) -> pl.DataFrame:
-    """One finding per (file, line, category): keep the one that knows most (rank, GPU)."""
+    """One finding per (file, line, category, role): keep the one that knows most (rank, GPU).
+
+    The role stays in the key: one physical line can carry two messages (a progress bar that
+    ended without a newline, then another rank's timeout), the busy rank's and the crowd's.
+    """
     cited = findings.filter(pl.col("line").is_not_null())
     uncited = findings.filter(pl.col("line").is_null())
     kept = cited.sort(
         [pl.col("rank").is_null(), pl.col("gpu").is_null(), pl.col("pci_bus_id").is_null(), "pattern"]
-    ).unique(["file", "line", "category"], keep="first", maintain_order=True)
+    ).unique(["file", "line", "category", "role"], keep="first", maintain_order=True)
     return pl.concat([kept, uncited]).sort(["file", "line", "pattern"], nulls_last=True)
 
 

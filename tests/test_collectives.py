@@ -214,3 +214,45 @@ def test_report_escapes_log_text():
     assert row.count(" | ") == 4  # the pipe in the message did not add a column
     assert render_collectives({}) == ""
 
+
+
+def _lines(texts: list[str], rank: int | None = None) -> pl.DataFrame:
+    return conform(pl.DataFrame({"file": "console.log", "line": range(1, len(texts) + 1), "text": texts, "rank": rank}), LINES)
+
+
+# Horovod's stall report, as posted (horovod/horovod#1012 before 0.21, #3950 from 0.21 on).
+HOROVOD_OLD = [
+    "[1,0]<stderr>:[2019-04-13 13:55:31.858119: W horovod/common/operations.cc:588] HorovodBroadcast_dense_kernel_Momentum_0 [missing ranks: 1]",
+    "[1,0]<stderr>:[2019-04-13 13:55:31.858168: W horovod/common/operations.cc:588] HorovodBroadcast_conv2d_bias_Momentum_0 [missing ranks: 1]",
+    "HorovodBroadcast_fully_connected_weights_0 [missing ranks: 0]",
+]
+HOROVOD_NEW = [
+    "[0] [2023-06-26 07:23:58.477178: W /tmp/pip-install-6w4n_ndu/horovod_4c00129df9d64c2680a27be18c9b88cd/horovod/common/stall_inspector.cc:107] "
+    "One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks "
+    "for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of "
+    "ranks is submitting tensors, which will cause deadlock. ",
+    "[0] Missing ranks:",
+    "[0] 1: [broadcast.assign_conv_block_modules.0.0.bias, broadcast.assign_conv_block_modules.0.0.weight, broadcast.assign_conv_first_modules.0.bias, "
+    "broadcast.assign_conv_first_modules.0.weight, broadcast.assign_conv_last_modules.0.bias, broadcast.assign_conv_last_modules.0.weight ...]",
+]
+
+
+def test_horovod_stall_reports_name_the_missing_ranks_in_both_formats():
+    old = parse_collectives(_lines(HOROVOD_OLD, rank=0))
+    assert old["kind"].to_list() == ["stall_report"] * 3
+    assert old["ranks_named"].to_list() == [[1], [1], [0]]
+    assert old["op_type"].to_list()[0] == "HorovodBroadcast_dense_kernel_Momentum_0"
+    new = parse_collectives(_lines(HOROVOD_NEW))
+    stall = new.filter(pl.col("kind") == "stall_report")
+    assert stall["ranks_named"].to_list() == [[1]] and stall["line"].to_list() == [3]
+    assert stall["op_type"].to_list() == ["broadcast.assign_conv_block_modules.0.0.bias"]
+
+
+def test_a_horovod_stall_report_blames_the_missing_rank_not_the_reporter():
+    lines = _lines(HOROVOD_OLD[:2], rank=0)
+    result = localize_hang(parse_collectives(lines), None, pl.DataFrame(schema={"nranks": pl.Int32}), [0], None, lines=lines)
+    blamed = result.findings.filter(pl.col("pattern") == "HANG004")
+    assert blamed["rank"].to_list() == [1]
+    assert blamed["text"][0] == (
+        "Horovod stall report (from rank 0): rank 1 never submitted tensor HorovodBroadcast_dense_kernel_Momentum_0 that the others wait on"
+    )

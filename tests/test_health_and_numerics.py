@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 
@@ -125,6 +126,25 @@ def test_rank_zero_busy_preprocessing_is_the_rank_the_others_waited_for(incident
     assert (verdict.category, verdict.culprit_ranks, verdict.state) == ("COLLECTIVE_TIMEOUT", [0], "hung")
     assert verdict.first_failure["line"] == 1 and "Tokenizing Prompts" in verdict.first_failure["text"]
     assert "waited for 1,800 s (console.log:2)" in verdict.summary  # the timeout rank 0 was given, cited
+
+
+def _sd_scripts_caching_latents() -> list[str]:
+    """kohya-ss/sd-scripts#971 as posted: rank 0 caches latents under a bare tqdm bar (its label on
+    the line above), and rank 1's watchdog message is glued to the end of that bar."""
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "public" / "sd_scripts_971_caching_latents_rank0_over_30min_rank1_watchdog"
+    return (folder / "console.log").read_text(encoding="utf-8").splitlines()[:13]
+
+
+def test_a_bare_bar_takes_its_phase_from_the_line_above_and_stays_rank_zero_s_when_a_timeout_is_glued_to_it(incident):
+    lines = _sd_scripts_caching_latents()
+    assert lines[7] == "caching latents..." and lines[8].startswith(" 87%|") and "[Rank 1] Watchdog caught" in lines[8]
+    verdict = analyze(incident({"console.log": "\n".join(lines) + "\n"})).verdict
+    assert (verdict.category, verdict.culprit_ranks, verdict.state) == ("COLLECTIVE_TIMEOUT", [0], "hung")
+    assert "waited for 1,800 s" in verdict.summary
+    # The same bar under an unrelated label says nothing about preprocessing.
+    relabelled = [("validating checkpoint" if t == "caching latents..." else t) for t in lines]
+    findings = analyze(incident({"console.log": "\n".join(relabelled) + "\n"})).incident.findings
+    assert "HANG006" not in findings["pattern"].to_list()
 
 
 def test_the_configured_timeout_is_read_in_every_unit_the_waiting_lines_use():

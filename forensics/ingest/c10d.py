@@ -46,7 +46,7 @@ COLLECTIVES: dict[str, pl.DataType] = {
 KINDS = (
     "watchdog_timeout", "failure_detected", "last_work_status", "heartbeat_stuck", "desync_report",
     "blocking_wait_timeout", "dump_signal", "gloo_timeout", "watchdog_terminated", "remote_error",
-    "nccl_error", "terminating",
+    "nccl_error", "terminating", "stall_report",
 )  # fmt: skip
 
 EXITS: dict[str, pl.DataType] = {
@@ -71,6 +71,7 @@ _CANDIDATE_LITERALS = [
     "Timeout at ", "Heartbeat monitor", "blocking wait", "dump signal", "gloo", "remote error detected",
     "async exception", "NCCL error in:", "Terminating the process",
     "lagging", "didn't", "ranks:", "] started ", "] finished ",  # desync report lines
+    "[missing ranks: ",  # Horovod's stall report, before 0.21
 ]  # fmt: skip
 _CANDIDATE = "|".join(re.escape(literal) for literal in _CANDIDATE_LITERALS)
 _WORK = (
@@ -100,6 +101,7 @@ def _kind(text: pl.Expr) -> pl.Expr:
         ("last_work_status", r"Timeout at NCCL work: \d+"),
         ("heartbeat_stuck", r"watchdog got stuck for|Heartbeat monitor timed out"),
         ("dump_signal", r"Received a dump signal|flight recorder dump signal from another rank"),
+        ("stall_report", r"\[missing ranks: \d"),
         ("desync_report", r"Timeout at collective: |lagging ranks|joined but didn't finish|didn't join collective|started ranks:|finished ranks:|\] (?:started|finished) \w+\s*$"),
         ("gloo_timeout", r"(?i:gloo).*Timed out waiting \d+ ?ms"),
         ("remote_error", r"remote error detected from rank"),
@@ -158,11 +160,13 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
     )  # fmt: skip
     named = pl.coalesce(
         _ints(text, r"ranks " + _RANK_LIST + r" are the lagging ranks"),
+        _ints(text, r"\[missing ranks: ((?:\d+, )*\d+)\]"),
         _ints(text, _RANK_LIST + r" (?:joined but didn't finish|finished collective|started|finished) "),
         _ints(text, r"(?:remote error detected from rank:? ?|dump signal due to a collective timeout from +rank )(\d+)"),
     )
     detail = (
         pl.when(pl.col("kind") == "desync_report").then(desync_detail)
+        .when(pl.col("kind") == "stall_report").then(pl.lit("never_joined"))
         .when(pl.col("kind") == "heartbeat_stuck").then(text.str.extract(r"got stuck for (\d+ seconds)"))
         .when(pl.col("kind") == "dump_signal").then(text.str.extract(r"from (this local rank|another rank| +rank -?\d+)").str.strip_chars())
         .when(pl.col("kind") == "nccl_error").then(
@@ -181,7 +185,7 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
             work.struct.field("seq"),
             progress.struct.field("seq"),
         ).cast(pl.Int64, strict=False),
-        op_type=pl.coalesce(work.struct.field("op"), text.str.extract(r"Timeout at collective: (\w+)"), text.str.extract(r"\] (?:started|finished) (\w+)\s*$")),
+        op_type=pl.coalesce(work.struct.field("op"), text.str.extract(r"Timeout at collective: (\w+)"), text.str.extract(r"(\S+) \[missing ranks: "), text.str.extract(r"\] (?:started|finished) (\w+)\s*$")),
         numel_in=work.struct.field("nin").cast(pl.Int64, strict=False),
         numel_out=work.struct.field("nout").cast(pl.Int64, strict=False),
         timeout_ms=pl.coalesce(work.struct.field("timeout"), text.str.extract(r"Timed out waiting (\d+) ?ms")).cast(pl.Int64, strict=False),
@@ -203,12 +207,38 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
         pg_guid=pl.col("pg_guid").fill_null(pl.col("pg_guid").drop_nulls().first().over(same_work)),
         pg_desc=pl.col("pg_desc").fill_null(pl.col("pg_desc").drop_nulls().first().over(same_work)),
     )
-    frame = conform(out.sort("file", "line").collect(), COLLECTIVES)
+    frame = pl.concat([conform(out.sort("file", "line").collect(), COLLECTIVES), _horovod_missing_ranks(lines)]).sort("file", "line")
     dedupe_key = ["kind", "rank", "pg_guid", "seq"]
     repeated = pl.col("kind").is_in(["watchdog_timeout", "watchdog_terminated", "blocking_wait_timeout"])
     return pl.concat(
         [frame.filter(repeated).unique(dedupe_key, keep="first", maintain_order=True), frame.filter(~repeated)]
     ).sort("file", "line")
+
+
+_HOROVOD_HEADER = r"Missing ranks:\s*$"
+_HOROVOD_ROW = r"^(?:\[\d+\](?:<\w+>:)?\s*)?(?P<rank>\d+): \[(?P<tensor>[^,\]\s]+)"
+_HOROVOD_MAX_ROWS = 1024  # rows of one report: one per missing rank
+
+
+def _horovod_missing_ranks(lines: pl.DataFrame) -> pl.DataFrame:
+    """Horovod >= 0.21's stall report (kind stall_report): a `Missing ranks:` header, then one
+    `R: [tensor, ...]` line per rank that never submitted those tensors."""
+    text = pl.col("text")
+    if not lines["text"].str.contains(_HOROVOD_HEADER).any():
+        return empty(COLLECTIVES)
+    row = text.str.extract_groups(_HOROVOD_ROW)
+    found = (
+        lines.sort("file", "line")
+        .with_columns(_header=pl.when(text.str.contains(_HOROVOD_HEADER)).then(pl.col("line")).forward_fill().over("file"))
+        .filter((pl.col("line") - pl.col("_header")).is_between(1, _HOROVOD_MAX_ROWS) & text.str.contains(_HOROVOD_ROW))
+        .with_columns(
+            kind=pl.lit("stall_report"),
+            detail=pl.lit("never_joined"),
+            ranks_named=pl.concat_list(row.struct.field("rank").cast(pl.Int32, strict=False)),
+            op_type=row.struct.field("tensor"),
+        )
+    )
+    return conform(found, COLLECTIVES)
 
 
 _TABLE_KEY = r"^(?:.*?\s)?\s(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<val>.*)$"

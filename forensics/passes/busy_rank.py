@@ -21,11 +21,17 @@ import polars as pl
 
 from forensics.schema import FINDINGS, conform, empty
 
-# `Running tokenizer on dataset:  88%|████▊ | 383700/433643 [29:55<03:25, ...`
-PREPROCESSING_BAR = (
-    r"(?i)(?:map|tokeniz|running tokenizer|filter|preprocess|pre-process|convert|packing|grouping|formatting|loading dataset)"
-    r"[^|\n]{0,60}:?\s+\d{1,3}%\|"
+# What a preprocessing phase calls itself: `Running tokenizer on dataset`, `caching latents...`.
+PREPROCESSING = (
+    r"(?i)(?:map|tokeniz|running tokenizer|filter|preprocess|pre-process|convert|packing|grouping|formatting|loading dataset"
+    r"|caching|encoding|extracting)"
 )
+# `Running tokenizer on dataset:  88%|████▊ | 383700/433643 [29:55<03:25, ...`
+PREPROCESSING_BAR = PREPROCESSING + r"[^|\n]{0,60}:?\s+\d{1,3}%\|"
+# ` 87%|████▉ | 1582/1818 [30:02<04:26, ...`: a bar with no description of its own; the phase
+# is named by the line printed just before it (`caching latents...`), at most LABEL_ABOVE lines up.
+BARE_BAR = r"^\s*\d{1,3}%\|"
+LABEL_ABOVE = 2
 # The configured timeout, as the waiting ranks' own lines state it: milliseconds, h:mm:ss, or seconds.
 TIMEOUT_MS = r"Timeout\(ms\)=(\d+)|timed out after (\d+) ?ms\b"
 TIMEOUT_HMS = r"\btimeout[=:] ?(\d+:\d\d:\d\d)\b"
@@ -51,8 +57,12 @@ def busy_rank_zero(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
     if waiting.is_empty():
         return empty(FINDINGS)
     first_wait = waiting.sort("line").group_by("file").first()
+    # A bar at the very start of a line is untagged even when the line carries a rank: tqdm ends
+    # its redraws without a newline, so another rank's message is often glued after the bar.
+    bar_first = pl.col("text").str.contains(r"^\s*\d{1,3}%\|")
     bars = (
-        lines.filter((pl.col("rank").is_null() | (pl.col("rank") == 0)) & pl.col("text").str.contains(PREPROCESSING_BAR))
+        _preprocessing_bars(lines)
+        .filter(pl.col("rank").is_null() | (pl.col("rank") == 0) | bar_first)
         .join(first_wait.rename({"line": "wait_line"}), on="file")
         .filter(pl.col("line") <= pl.col("wait_line"))
         .sort("line")
@@ -77,6 +87,21 @@ def busy_rank_zero(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
         ).struct.json_encode(),
     )
     return conform(last, FINDINGS)
+
+
+def _preprocessing_bars(lines: pl.DataFrame) -> pl.DataFrame:
+    """Progress-bar lines of a preprocessing phase: named on the bar, or on the line just above a bare bar."""
+    text = pl.col("text")
+    bare = text.str.contains(BARE_BAR)
+    labelled = (
+        lines.sort("file", "line")
+        .with_columns(
+            _label=pl.when(~bare).then(text).forward_fill().over("file"),
+            _label_line=pl.when(~bare).then(pl.col("line")).forward_fill().over("file"),
+        )
+    )
+    named_above = bare & pl.col("_label").str.contains(PREPROCESSING) & (pl.col("line") - pl.col("_label_line") <= LABEL_ABOVE)
+    return labelled.filter(text.str.contains(PREPROCESSING_BAR) | named_above).drop("_label", "_label_line")
 
 
 def _configured_timeout(waiting_lines: pl.DataFrame) -> dict | None:

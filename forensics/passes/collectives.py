@@ -351,7 +351,7 @@ def localize_hang(
                "crowd_last_completed": crowd_done})  # fmt: skip
 
     report = collectives.filter(
-        (pl.col("kind") == "desync_report") & pl.col("detail").is_in(["never_joined", "joined_not_finished", "finished_not_joined"])
+        pl.col("kind").is_in(["desync_report", "stall_report"]) & pl.col("detail").is_in(["never_joined", "joined_not_finished", "finished_not_joined"])
     ).explode("ranks_named")
     for row in report.unique(["ranks_named", "detail"], keep="first", maintain_order=True).iter_rows(named=True):
         rank = row["ranks_named"]
@@ -359,9 +359,14 @@ def localize_hang(
             continue
         what = {"never_joined": "never joined any collective", "joined_not_finished": "joined but did not finish",
                 "finished_not_joined": "finished the previous collective but did not join"}[row["detail"]]  # fmt: skip
-        blame("HANG004", "Rank named by the NCCL desync report", Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL,
-              Role.INITIATING, rank, row, f"desync report (from rank {row['rank']}): rank {rank} {what} collective #{row['seq']}",
-              {"reason": row["detail"], "seq": row["seq"], "reported_by": row["rank"], "pg_rank": True})  # fmt: skip
+        horovod = row["kind"] == "stall_report"  # Horovod names global ranks and tensors; c10d PG ranks and seqs
+        where = f"collective #{row['seq']}"
+        if horovod:
+            what, where = "never submitted", f"tensor {row['op_type']} that the others wait on"
+        blame("HANG004", "Rank named by a desync or stall report", Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL,
+              Role.INITIATING, rank, row,
+              f"{'Horovod stall' if horovod else 'desync'} report (from rank {row['rank']}): rank {rank} {what} {where}",
+              {"reason": row["detail"], "seq": row["seq"], "reported_by": row["rank"], "pg_rank": not horovod})  # fmt: skip
 
     for rank, pg, seq, d in _op_mismatches(collectives):
         ev = collectives.filter((pl.col("rank") == rank) & (pl.col("seq") == seq)).head(1)

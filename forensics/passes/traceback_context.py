@@ -9,7 +9,8 @@ Notes:
     failure; one raised inside a collective call (`EOFError` out of
     `broadcast_object_list` when the broadcast was aborted) is a cascade of that
     collective's failure, never its cause. The finding cites the exception line and names the frame that decided it.
-    Exceptions already explained by a catalog pattern are left alone, unless that
+    Exceptions already explained by a catalog pattern, or that a pattern calls a
+    consequence (RendezvousClosedError, Horovod's shutdown), are left alone, unless that
     pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
     device` raised from a multiprocessing SemLock is /dev/shm, not checkpoint storage.
     The generic finding is then demoted to a symptom (`demote_overridden`).
@@ -123,8 +124,10 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
     for pattern, category, title, where, overrides in CONTEXTS:
         # A line explained by a specific pattern stays explained; a generic one (an errno
         # that could come from anywhere) yields to the frames that say where it came from.
+        # A line a pattern calls a consequence (cascade, teardown) is never made a cause.
         explained = findings.filter(
-            (pl.col("category") != "UNKNOWN") & ~pl.col("pattern").is_in(list(overrides))
+            ((pl.col("category") != "UNKNOWN") & ~pl.col("pattern").is_in(list(overrides)))
+            | pl.col("role").is_in(["cascade", "teardown"])
         ).select("file", "line").unique()
         unexplained = endings.join(explained.lazy(), on=["file", "line"], how="anti")
         deciding = (
