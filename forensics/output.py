@@ -29,7 +29,9 @@ FRAMES = ("inputs", "lines", "findings", "metrics", "ranks")
 MANIFEST = ".forensics-written"
 
 
-def write_report(analysis: Analysis, out: Path, frames: bool = False) -> list[Path]:
+def write_report(analysis: Analysis, out: Path | str, frames: bool = False) -> list[Path]:
+    """Write postmortem.md, verdict.json, figures/ (and frames/ with `frames`) under `out`; return what was written."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous(out)
     figures: list[Path] = []

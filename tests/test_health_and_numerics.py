@@ -191,3 +191,21 @@ def test_a_gradient_norm_far_above_its_recent_median_is_an_explosion_and_steady_
     assert found.select("pattern", "line", "category").rows() == [("METRIC003", 31, "NUMERICAL")]
     steady = lines_frame(texts[:30])
     assert gradient_explosion(extract_metrics(steady), steady).is_empty()
+
+
+def test_progress_counts_steps_since_the_step_counter_last_went_back(incident):
+    # rwth-i6/returnn#1485: a global step on the epoch line, then two epoch-local steps from four
+    # workers. Two steps are not yet a run going on, whatever the global counter said.
+    returnn = Path(__file__).resolve().parents[1] / "fixtures" / "public" / "returnn_1485_slow_epoch_4gpu_hardware_suspected"
+    lines = (returnn / "console.log").read_text(encoding="utf-8")
+    assert "global train step 49983" in lines
+    verdict = analyze(incident({"console.log": lines})).verdict
+    assert (verdict.category, verdict.state) == ("UNKNOWN", "unknown")
+    # A restart from a checkpoint that then keeps stepping is progress again.
+    titan = "[rank0]:[titan] 2025-03-12 11:10:{s:02d},511 - root - INFO - step: {step}  loss:  6.2250  memory:  1.41GiB(1.79%)  tps: 193,831\n"
+    before = "".join(titan.format(s=s, step=s) for s in range(1, 10))
+    after = "".join(titan.format(s=30 + s, step=s) for s in range(5, 9))
+    restarted = analyze(incident({"console.log": before + after})).verdict
+    assert (restarted.category, restarted.state) == ("NO_FAILURE", "healthy")
+    too_soon = analyze(incident({"console.log": before + "".join(titan.format(s=30 + s, step=s) for s in range(5, 7))})).verdict
+    assert too_soon.state == "unknown"

@@ -80,8 +80,9 @@ def rank_table(
         & pl.col("role").is_in(FAILURE_ROLES)
         & pl.col("severity").is_in(FAILURE_SEVERITIES)
     )
+    # A rank's first error is its earliest initiating finding; symptoms (its exit) only when it has none.
     first_error = (
-        failures.sort(["rank", pl.col("time").is_null(), "time", "file", "line"])
+        failures.sort(["rank", pl.col("role") != "initiating", pl.col("time").is_null(), "time", "file", "line"])
         .group_by("rank", maintain_order=True)
         .first()
         .select(

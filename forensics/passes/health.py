@@ -9,7 +9,8 @@ Notes:
       training metrics, whose N reached M;
     - progressing: every stream (file, rank) that logs training metrics still logs them
       in its last PROGRESS_TAIL lines, has logged at least MIN_PROGRESS_STEPS distinct
-      steps (metric lines, where they carry no step number), and no stream was cut
+      steps since its step counter last went back (metric lines, where they carry no
+      step number), and no stream was cut
       mid-line or stopped short of the total it announced. A pasted excerpt of a live,
       healthy run proves this much; two steps are not yet a run going on.
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
@@ -100,6 +101,22 @@ def abrupt_stops(
     return found.with_columns(category=pl.lit(Category.UNKNOWN.value), role=pl.lit("symptom"))
 
 
+def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Per stream: distinct steps since its step counter last went back (a restart, or an
+    epoch-local counter after a global one), or its metric lines where none carries a step."""
+    reset = (pl.col("step") < pl.col("step").shift(1)).fill_null(False)
+    stepped = (
+        metrics.filter(pl.col("step").is_not_null())
+        .sort("line")
+        .with_columns(_run=reset.cum_sum().over(STREAM, order_by="line"))
+        .filter(pl.col("_run") == pl.col("_run").max().over(STREAM))
+        .group_by(STREAM)
+        .agg(steps=pl.col("step").n_unique())
+    )
+    unstepped = metrics.group_by(STREAM).agg(steps=pl.len(), _any=pl.col("step").is_not_null().any()).filter(~pl.col("_any"))
+    return pl.concat([stepped, unstepped.drop("_any")], how="vertical_relaxed")
+
+
 def health_proofs(
     lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame, progress: pl.DataFrame | None = None
 ) -> pl.DataFrame:
@@ -112,9 +129,7 @@ def health_proofs(
     proofs.append(conform(last.filter(pl.col("step") >= pl.col("total")).with_columns(kind=pl.lit("last_step")), PROOFS))
 
     stopped = findings.filter(pl.col("pattern").is_in(["STOP001", "STOP002"]))
-    metric_streams = metrics.group_by(STREAM).agg(
-        steps=pl.when(pl.col("step").is_not_null().any()).then(pl.col("step").drop_nulls().n_unique()).otherwise(pl.len())
-    )
+    metric_streams = _steps_since_reset(metrics)
     too_short = metric_streams.filter(pl.col("steps") < MIN_PROGRESS_STEPS)
     tail_metrics = _tails(lines).join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
     ending_with_metrics = tail_metrics.select(STREAM).unique()
