@@ -32,3 +32,16 @@ def test_a_changed_doc_is_reported_stale(tmp_path):
     assert docs.stale(tmp_path) == []
     (tmp_path / "frames.md").write_text("edited by hand\n", encoding="utf-8")
     assert docs.stale(tmp_path) == ["frames.md"]
+
+
+def test_the_readme_example_is_what_the_tool_writes(tmp_path):
+    import re
+
+    from forensics.flow import analyze
+    from forensics.report.markdown import render_markdown
+
+    readme = (docs.REPO / "README.md").read_text(encoding="utf-8")
+    excerpt = re.search(r"## An example.*?```markdown\n(.*?)```", readme, re.S).group(1)
+    postmortem = render_markdown(analyze(docs.REPO / "fixtures" / "incidents" / "gpu_thermal_straggler"))
+    assert postmortem.startswith(excerpt), "README's example no longer matches: paste the new postmortem head"
+    assert (docs.REPO / "docs" / "img" / "gpu_thermal_straggler.png").is_file()

@@ -192,7 +192,7 @@ def test_trace_summary_json_is_contract_shaped_and_skips_non_traces(tmp_path):
 def _set_paths(entry: dict) -> list[Path]:
     root = REPO if entry["root"] == "repo" else CORPUS
     if not root.is_dir():
-        pytest.skip(f"{root} not available")
+        pytest.skip(f"real trace corpus not found at {root} (set FORENSICS_SHARED to the folder holding corpus/traces)")
     return [root / f for f in entry["files"]]
 
 

@@ -40,7 +40,8 @@ def _headline(analysis: Analysis) -> list[str]:
     if v.first_failure:
         ff = v.first_failure
         when = ff.get("time") or (f"time UNKNOWN (after {ff['time_after']})" if ff.get("time_after") else "time UNKNOWN")
-        facts.append(f"- **First failure:** {where(ff['file'], ff['line'])} at {when}: {code(_short(ff['text']))}")
+        quote = f": {code(_short(ff['text']))}" if (ff["text"] or "").strip() else ""  # a dump's sample row has no line text
+        facts.append(f"- **First failure:** {where(ff['file'], ff['line'])} at {when}{quote}")
     if not v.culprit_ranks and v.category not in ("NO_FAILURE",):
         facts.append("- **Culprit rank(s):** UNKNOWN")
     return out + facts + [""]
