@@ -76,9 +76,7 @@ def main() -> None:
         alternation = "|".join(re.escape(lit) for lit in literals)
         files = sorted(str(p) for p in incident.glob("*.log"))
         grep = best_of(["grep", "-E", "-c", alternation, *files], args.repeat)
-        forensics = best_of(
-            [sys.executable, "-m", "forensics.cli", "analyze", str(incident), "--out", str(work / "out")], args.repeat
-        )
+        forensics = best_of([sys.executable, "-m", "forensics.cli", "analyze", str(incident), "--out", str(work / "out")], args.repeat)
         mb = size / 1e6
         print(f"incident: {args.ranks} rank logs, {args.ranks * (args.lines + 1):,} lines, {mb:.0f} MB")
         print(f"grep -E -c (catalog literals, {len(literals)}): {grep:6.2f} s  {mb / grep:7.0f} MB/s")

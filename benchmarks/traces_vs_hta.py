@@ -203,19 +203,22 @@ def benchmark(names: list[str], repeat: int) -> None:
         print(f"{name} ({len(paths)} file(s), {mb:.1f} MB on disk), best of {repeat}")
         for tool, label in (("hta", "HTA 0.5.0"), ("forensics", "forensics")):
             walls = ", ".join(f"{r[0]:.2f}" for r in runs[tool])
-            print(f"  {label:10s}: {best[tool]:6.2f} s wall (runs: {walls})  peak RSS: largest process"
-                  f" {largest[tool]:4d} MiB, process tree {tree[tool]:4d} MiB  ok={all(r[2] for r in runs[tool])}")
-        print(f"  speedup {best['hta'] / best['forensics']:.1f}x; peak memory"
-              f" {largest['forensics'] / largest['hta']:.2f} (largest process),"
-              f" {tree['forensics'] / tree['hta']:.2f} (process tree) of HTA's")
+            print(
+                f"  {label:10s}: {best[tool]:6.2f} s wall (runs: {walls})  peak RSS: largest process"
+                f" {largest[tool]:4d} MiB, process tree {tree[tool]:4d} MiB  ok={all(r[2] for r in runs[tool])}"
+            )
+        print(
+            f"  speedup {best['hta'] / best['forensics']:.1f}x; peak memory"
+            f" {largest['forensics'] / largest['hta']:.2f} (largest process),"
+            f" {tree['forensics'] / tree['hta']:.2f} (process tree) of HTA's"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-expected", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("sets", nargs="*", default=["hta_single_rank/df_index_resolver/df_index_resolver.json.gz",
-                                                     "param_dlrm_8rank"])
+    parser.add_argument("sets", nargs="*", default=["hta_single_rank/df_index_resolver/df_index_resolver.json.gz", "param_dlrm_8rank"])
     args = parser.parse_args()
     if not CORPUS.is_dir():
         sys.exit(f"corpus not found at {CORPUS}")

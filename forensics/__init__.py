@@ -44,9 +44,9 @@ __all__ = ["__version__", *_API]
 
 if TYPE_CHECKING:
     from forensics.analysis import Analysis, InputError
-    from forensics.flow import analyze, analyze_incident, load_incident
     from forensics.catalog.load import Catalog
     from forensics.catalog.load import load_full as load_catalog
+    from forensics.flow import analyze, analyze_incident, load_incident
     from forensics.incident import Incident
     from forensics.output import write_report
     from forensics.report.markdown import render_markdown

@@ -72,7 +72,9 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 PatternDirs = Annotated[
     list[Path] | None,
-    typer.Option("--patterns", help="A folder of your own pattern TOML files, added to the built-in catalog after validation (repeatable)."),
+    typer.Option(
+        "--patterns", help="A folder of your own pattern TOML files, added to the built-in catalog after validation (repeatable)."
+    ),
 ]
 
 
@@ -95,8 +97,13 @@ def _catalog(user_dirs: list[Path] | None):
 @app.command()
 def analyze(
     directory: Annotated[Path, typer.Argument(help="Incident folder (rank logs, NCCL output, traces, GPU dumps), or a single log file.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: ./forensics-report/NAME/, NAME being the folder's or the file's name).")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--format", help="Also print verdict.json on stdout with 'json'.")] = OutputFormat.text,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Output folder (default: ./forensics-report/NAME/, NAME being the folder's or the file's name)."),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", help="Also print verdict.json on stdout with 'json'.")
+    ] = OutputFormat.text,
     frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
     fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Print where the time went, stage by stage, on stderr.")] = False,
@@ -104,10 +111,10 @@ def analyze(
 ) -> None:
     """Analyze one incident folder and write postmortem.md, verdict.json and figures/."""
     from forensics.analysis import InputError
-    from forensics.flow import timed
     from forensics.flow import analyze as run_analysis
-    from forensics.report.verdict_json import render_json
+    from forensics.flow import timed
     from forensics.output import write_report
+    from forensics.report.verdict_json import render_json
 
     name = directory.resolve().stem if directory.is_file() else directory.resolve().name
     target = out if out is not None else Path("forensics-report") / name
@@ -304,7 +311,9 @@ def patterns_test(
             raise _fail(f"no line pattern with id {pattern_id!r} (derived ids have no examples to run)")
     if line is not None or file is not None:
         texts = [line] if line is not None else _file_lines(file)
-        lines = pl.DataFrame({"file": "-", "line": range(1, len(texts) + 1), "text": texts}, schema={"file": pl.String, "line": pl.Int64, "text": pl.String})
+        lines = pl.DataFrame(
+            {"file": "-", "line": range(1, len(texts) + 1), "text": texts}, schema={"file": pl.String, "line": pl.Int64, "text": pl.String}
+        )
         found = match_catalog(lines, patterns)
         for row in found.iter_rows(named=True):
             where = f"{row['line']}: " if file is not None else ""

@@ -11,10 +11,9 @@ regenerated.
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Any
-
-from enum import Enum
 
 import typer
 
@@ -68,14 +67,34 @@ def cli_reference() -> str:
 
 
 def patterns_reference(catalog: Catalog) -> str:
-    parts = [GENERATED, "", "# Pattern catalog", "",
-             f"{len(catalog.patterns)} line patterns (matched over every line) and {len(catalog.derived)} derived ids "
-             "(emitted by passes). `forensics patterns show ID` prints one entry.", ""]
-    parts += [table(["id", "category", "role", "severity", "title"],
-                    [[code(p.id), p.category, p.role, p.severity, cell(p.title)] for p in catalog.patterns]), ""]
-    parts += ["## Derived ids", "", table(["id", "category", "emitted by", "title"],
-              [[code(d.id + ("N" if d.numbered else "")), d.category or "varies", cell(", ".join(d.emitted_by)), cell(d.title)]
-               for d in catalog.derived]), ""]
+    parts = [
+        GENERATED,
+        "",
+        "# Pattern catalog",
+        "",
+        f"{len(catalog.patterns)} line patterns (matched over every line) and {len(catalog.derived)} derived ids "
+        "(emitted by passes). `forensics patterns show ID` prints one entry.",
+        "",
+    ]
+    parts += [
+        table(
+            ["id", "category", "role", "severity", "title"],
+            [[code(p.id), p.category, p.role, p.severity, cell(p.title)] for p in catalog.patterns],
+        ),
+        "",
+    ]
+    parts += [
+        "## Derived ids",
+        "",
+        table(
+            ["id", "category", "emitted by", "title"],
+            [
+                [code(d.id + ("N" if d.numbered else "")), d.category or "varies", cell(", ".join(d.emitted_by)), cell(d.title)]
+                for d in catalog.derived
+            ],
+        ),
+        "",
+    ]
     for entry in [*catalog.patterns, *catalog.derived]:
         parts += [f"## {entry.id}: {entry.title}", "", cell(entry.meaning), ""]
         for heading, items in (("Causes", entry.causes), ("What to do now", entry.immediate), ("How to prevent it", entry.structural)):
@@ -88,13 +107,25 @@ def patterns_reference(catalog: Catalog) -> str:
 
 
 def frames_reference() -> str:
-    parts = [GENERATED, "", "# Frames", "",
-             f"`forensics analyze DIR --frames` writes each frame as `OUT/frames/<name>.parquet`; the file metadata holds "
-             f"`forensics.frame`, `forensics.version` and `forensics.schema_version` (now {SCHEMA_VERSION}). "
-             "In Python, `forensics.analyze(DIR).incident.<name>` is the same frame. Times are UTC.", ""]
+    parts = [
+        GENERATED,
+        "",
+        "# Frames",
+        "",
+        f"`forensics analyze DIR --frames` writes each frame as `OUT/frames/<name>.parquet`; the file metadata holds "
+        f"`forensics.frame`, `forensics.version` and `forensics.schema_version` (now {SCHEMA_VERSION}). "
+        "In Python, `forensics.analyze(DIR).incident.<name>` is the same frame. Times are UTC.",
+        "",
+    ]
     for doc in FRAME_DOCS.values():
-        parts += [f"## {doc.name}", "", doc.description, "",
-                  table(["column", "dtype", "meaning"], [[code(c), code(str(t)), cell(d)] for c, (t, d) in doc.columns.items()]), ""]
+        parts += [
+            f"## {doc.name}",
+            "",
+            doc.description,
+            "",
+            table(["column", "dtype", "meaning"], [[code(c), code(str(t)), cell(d)] for c, (t, d) in doc.columns.items()]),
+            "",
+        ]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -118,11 +149,17 @@ def verdict_reference() -> str:
 
     rows: list[list[str]] = []
     _fields(verdict_document(analyze(VERDICT_EXAMPLE)), "", rows)
-    parts = [GENERATED, "", "# verdict.json", "",
-             "The contract is CONTRACT.md's; this lists every field the current version writes, with its type and the "
-             f"value it takes on the bundled incident `{VERDICT_EXAMPLE.relative_to(REPO).as_posix()}` "
-             "(arrays show their first item; a field that is null there may hold a value elsewhere).", "",
-             table(["field", "type", "example"], rows)]
+    parts = [
+        GENERATED,
+        "",
+        "# verdict.json",
+        "",
+        "The contract is CONTRACT.md's; this lists every field the current version writes, with its type and the "
+        f"value it takes on the bundled incident `{VERDICT_EXAMPLE.relative_to(REPO).as_posix()}` "
+        "(arrays show their first item; a field that is null there may hold a value elsewhere).",
+        "",
+        table(["field", "type", "example"], rows),
+    ]
     return "\n".join(parts).rstrip() + "\n"
 
 

@@ -23,8 +23,8 @@ from forensics.incident import FileStatus, Incident
 from forensics.ingest.metrics import extract_metrics
 from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.cross_rank import rank_table, world_size
-from forensics.passes.verbatim import quote_lines
 from forensics.passes.templates import unmatched_error_templates
+from forensics.passes.verbatim import quote_lines
 from forensics.schema import InputKind, InputStatus
 from forensics.steps.common import Step
 from forensics.verdict import decide
@@ -109,8 +109,12 @@ def analyze_incident(incident: Incident, catalog: Catalog | None = None, progres
     progress("deciding the verdict")
     with timed(incident, "verdict"):
         verdict = decide(
-            incident.findings, incident.lines, incident.ranks, unmatched,
-            catalog.entries_for(incident.findings["pattern"].unique().to_list()), world,
+            incident.findings,
+            incident.lines,
+            incident.ranks,
+            unmatched,
+            catalog.entries_for(incident.findings["pattern"].unique().to_list()),
+            world,
             incident.tables.get("health"),
         )
     return Analysis(incident, verdict, catalog, world, unmatched)
@@ -140,7 +144,7 @@ def run_isolated(step: Step, incident: Incident, progress: Progress) -> None:
     try:
         with timed(incident, step.name):
             step.run(incident, progress)
-    except Exception as exc:  # a reader bug on odd input must not cost the whole postmortem
+    except Exception as exc:  # noqa: BLE001  a reader bug on odd input must not cost the whole postmortem
         reason = f"{step.name} step failed: {type(exc).__name__}: {str(exc)[:200]}"
         progress(reason)
         paths = incident.paths_of_kind(*step.kinds) if step.kinds else []
@@ -156,9 +160,9 @@ def deduplicate(findings: pl.DataFrame) -> pl.DataFrame:
     """
     cited = findings.filter(pl.col("line").is_not_null())
     uncited = findings.filter(pl.col("line").is_null())
-    kept = cited.sort(
-        [pl.col("rank").is_null(), pl.col("gpu").is_null(), pl.col("pci_bus_id").is_null(), "pattern"]
-    ).unique(["file", "line", "category", "role"], keep="first", maintain_order=True)
+    kept = cited.sort([pl.col("rank").is_null(), pl.col("gpu").is_null(), pl.col("pci_bus_id").is_null(), "pattern"]).unique(
+        ["file", "line", "category", "role"], keep="first", maintain_order=True
+    )
     return pl.concat([kept, uncited]).sort(["file", "line", "pattern"], nulls_last=True)
 
 
@@ -168,4 +172,3 @@ def _mark_unclaimed(incident: Incident) -> None:
     incident.apply_statuses(
         [FileStatus(p, InputStatus.SKIPPED, f"no reader for kind '{k}' yet") for p, k in unclaimed.select("path", "kind").iter_rows()]
     )
-

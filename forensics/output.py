@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -38,9 +39,9 @@ def write_report(analysis: Analysis, out: Path | str, frames: bool = False) -> l
     figures_dir = out / "figures"
     for draw in sources.FIGURES:
         figures_dir.mkdir(exist_ok=True)
-        figures += _isolated(analysis, draw.__name__, lambda: draw(analysis.incident, figures_dir)) or []
+        figures += _isolated(analysis, draw.__name__, draw, analysis.incident, figures_dir) or []
     written = [out / "postmortem.md", out / "verdict.json"]
-    sections = [text for render in sources.SECTIONS if (text := _isolated(analysis, render.__name__, lambda: render(analysis.incident)))]
+    sections = [text for render in sources.SECTIONS if (text := _isolated(analysis, render.__name__, render, analysis.incident))]
     _atomic(written[0], lambda tmp: tmp.write_text(render_markdown(analysis, figures, sections), encoding="utf-8"))
     _atomic(written[1], lambda tmp: tmp.write_text(render_json(analysis), encoding="utf-8"))
     if frames:
@@ -51,7 +52,7 @@ def write_report(analysis: Analysis, out: Path | str, frames: bool = False) -> l
         for name, frame in sorted(named.items()):
             if name.isidentifier():
                 path = frames_dir / f"{name}.parquet"
-                _atomic(path, lambda tmp: write_frame(frame, name, tmp))
+                _atomic(path, partial(write_frame, frame, name))
                 written.append(path)
     everything = written + figures
     _atomic(out / MANIFEST, lambda tmp: tmp.write_text(json.dumps(sorted(p.relative_to(out).as_posix() for p in everything), indent=1)))
@@ -61,19 +62,23 @@ def write_report(analysis: Analysis, out: Path | str, frames: bool = False) -> l
 def write_frame(frame: pl.DataFrame, name: str, path: Path) -> None:
     """One frame as Parquet, with the frame's name and SCHEMA_VERSION in the file metadata."""
     table = frame.to_arrow()
-    metadata = {**(table.schema.metadata or {}), b"forensics.frame": name.encode(), b"forensics.schema_version": str(SCHEMA_VERSION).encode(),
-                b"forensics.version": __version__.encode()}
+    metadata = {
+        **(table.schema.metadata or {}),
+        b"forensics.frame": name.encode(),
+        b"forensics.schema_version": str(SCHEMA_VERSION).encode(),
+        b"forensics.version": __version__.encode(),
+    }
     pq.write_table(table.replace_schema_metadata(metadata), path)
 
 
-def _isolated(analysis: Analysis, name: str, make: Callable[[], object]) -> object:
-    """`make()`, or None when it fails: one figure or section never takes the report down.
+def _isolated(analysis: Analysis, name: str, make: Callable[..., object], *args: object) -> object:
+    """`make(*args)`, or None when it fails: one figure or section never takes the report down.
 
     The failure is recorded with the analysis errors, so the report says what is missing.
     """
     try:
-        return make()
-    except Exception as exc:  # a drawing or rendering bug on odd data must not cost the postmortem
+        return make(*args)
+    except Exception as exc:  # noqa: BLE001  a drawing or rendering bug on odd data must not cost the postmortem
         analysis.incident.step_errors.append(f"{name} failed: {type(exc).__name__}: {str(exc)[:200]}")
         return None
 

@@ -133,12 +133,7 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
 
 def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """Select and cast `df` to `schema`, adding missing columns as nulls."""
-    return df.select(
-        [
-            (pl.col(name) if name in df.columns else pl.lit(None)).cast(dtype).alias(name)
-            for name, dtype in schema.items()
-        ]
-    )
+    return df.select([(pl.col(name) if name in df.columns else pl.lit(None)).cast(dtype).alias(name) for name, dtype in schema.items()])
 
 
 INPUTS = frame(

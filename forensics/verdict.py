@@ -87,15 +87,11 @@ def _ordered(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
         return findings.with_columns(order_time=pl.col("time"))
     stream_time = (
         lines.select("file", "line", "rank", "time")
-        .with_columns(
-            order_time=pl.col("time").forward_fill().over(["file", pl.col("rank").fill_null(-1)], order_by="line")
-        )
+        .with_columns(order_time=pl.col("time").forward_fill().over(["file", pl.col("rank").fill_null(-1)], order_by="line"))
         .group_by(["file", "line"])
         .agg(pl.col("order_time").first())
     )
-    return findings.join(stream_time, on=["file", "line"], how="left").with_columns(
-        order_time=pl.coalesce("time", "order_time")
-    )
+    return findings.join(stream_time, on=["file", "line"], how="left").with_columns(order_time=pl.coalesce("time", "order_time"))
 
 
 def _summary(who: str, what: str) -> str:
@@ -299,9 +295,7 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     if culprits:
         own_errors = own_errors.filter(pl.col("rank").is_in(culprits))
     fatal = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_BY_NATURE))
-    culprit_died = (
-        not own_errors.is_empty() or not fatal.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
-    )
+    culprit_died = not own_errors.is_empty() or not fatal.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
     timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
     waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK")  # localized, or dumped while waiting
@@ -332,7 +326,14 @@ def _cascade_note(findings: pl.DataFrame, culprits: list[int]) -> str:
 
 # The investigation protocol's priors: what usually fails in each time window of a run.
 EARLY = {Category.ENVIRONMENT, Category.DEVICE_MISMATCH, Category.CHECKPOINT_IO, Category.CUDA_OOM, Category.DATA_PIPELINE}
-AFTER_WARMUP = {Category.NUMERICAL, Category.CUDA_OOM, Category.HOST_OOM, Category.DATA_PIPELINE, Category.CHECKPOINT_IO, Category.STRAGGLER}
+AFTER_WARMUP = {
+    Category.NUMERICAL,
+    Category.CUDA_OOM,
+    Category.HOST_OOM,
+    Category.DATA_PIPELINE,
+    Category.CHECKPOINT_IO,
+    Category.STRAGGLER,
+}
 LATE = {Category.HARDWARE, Category.COLLECTIVE_TIMEOUT, Category.NETWORK, Category.PROCESS_KILLED, Category.CUDA_ERROR}
 
 
@@ -370,7 +371,11 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
         failed = ranks.filter(pl.col("status").is_in(["crashed", "killed"]))["rank"].to_list()
         total = world or ranks.height
         if verdict_category == Category.NO_FAILURE:
-            notes.append("The one rank seen ended without a failure signature." if total == 1 else f"All {total} ranks seen ended without a failure signature.")
+            notes.append(
+                "The one rank seen ended without a failure signature."
+                if total == 1
+                else f"All {total} ranks seen ended without a failure signature."
+            )
         elif len(failed) == 1:
             notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
         elif failed:
@@ -387,7 +392,7 @@ def _weak(hypothesis: Hypothesis, findings: pl.DataFrame) -> bool:
         return False
     cited = {(e["file"], e["line"]) for e in hypothesis.evidence}
     rows = findings.filter(pl.col("category") == Category.UNKNOWN, pl.col("role") != "event")
-    severities = {sev for f, l, sev in rows.select("file", "line", "severity").iter_rows() if (f, l) in cited}
+    severities = {sev for file, line, sev in rows.select("file", "line", "severity").iter_rows() if (file, line) in cited}
     return severities <= {"warning", "info"}
 
 
@@ -453,7 +458,9 @@ def decide(
             confidence = 0.3
         else:
             category, state = Category.UNKNOWN, "unknown"
-            first = {k: weak[0].first[k] for k in ("rank", "time", "time_after", "file", "line", "text")} if weak and weak[0].first else None
+            first = (
+                {k: weak[0].first[k] for k in ("rank", "time", "time_after", "file", "line", "text")} if weak and weak[0].first else None
+            )
             summary = (
                 weak[0].summary + " No failure signature and no proof that the run ended well."
                 if weak

@@ -121,9 +121,7 @@ index_ids = con.sql("SELECT id FROM fleet WHERE error IS NULL ORDER BY id").pl()
 assert index_ids == fixture_dirs, "every fixture folder is one analyzed incident"
 
 # Incidents per category are the fixtures' expected categories, and so is each incident's verdict.
-expected_counts = con.sql(
-    "SELECT category, count(*) AS incidents FROM expected GROUP BY category ORDER BY incidents DESC, category"
-).pl()
+expected_counts = con.sql("SELECT category, count(*) AS incidents FROM expected GROUP BY category ORDER BY incidents DESC, category").pl()
 assert per_category.select("category", "incidents").equals(expected_counts)
 assert category_diff.is_empty(), category_diff
 assert incident_diff.is_empty(), incident_diff

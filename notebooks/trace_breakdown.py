@@ -52,9 +52,7 @@ spec = importlib.util.spec_from_file_location("generate_traces", repo / "fixture
 generate = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(generate)
 built = {
-    name: p.default
-    for name, p in inspect.signature(generate.straggler_rank).parameters.items()
-    if p.default is not inspect.Parameter.empty
+    name: p.default for name, p in inspect.signature(generate.straggler_rank).parameters.items() if p.default is not inspect.Parameter.empty
 }
 built
 

@@ -12,7 +12,6 @@ import pytest
 
 from forensics.schema import FINDINGS, LINES, conform
 
-
 GENERATORS = Path(__file__).resolve().parents[1] / "fixtures" / "generate"
 
 

@@ -24,9 +24,7 @@ TORCH_27 = [
 def lines_of(texts: list[str], file: str = "rank.log", rank: int | None = None, blocks: dict[int, int] | None = None) -> pl.DataFrame:
     """A LINES frame; rank from a `[rankN]:` prefix else `rank`; block = own line unless given."""
     n = len(texts)
-    frame = pl.DataFrame(
-        {"file": file, "line": range(1, n + 1), "text": texts}, schema_overrides={"text": pl.String}
-    ).with_columns(
+    frame = pl.DataFrame({"file": file, "line": range(1, n + 1), "text": texts}, schema_overrides={"text": pl.String}).with_columns(
         rank=pl.coalesce(pl.col("text").str.extract(r"^\[rank(\d+)\]:").cast(pl.Int32), pl.lit(rank, pl.Int32)),
         block=pl.col("line").replace(blocks or {}),
     )
@@ -38,7 +36,11 @@ def test_one_timeout_logged_three_times_is_one_row_per_kind():
     assert rows["kind"].to_list() == ["watchdog_timeout", "failure_detected", "dump_signal", "watchdog_terminated"]
     timeout = rows.row(0, named=True)
     assert (timeout["seq"], timeout["op_type"], timeout["numel_in"], timeout["timeout_ms"], timeout["ran_for_ms"]) == (
-        20585, "ALLREDUCE", 1259621, 600000, 600000
+        20585,
+        "ALLREDUCE",
+        1259621,
+        600000,
+        600000,
     )
     # The `Watchdog caught` line names only [Rank 0]; its PG comes from the same rank's line about seq 20585.
     assert (timeout["pg_guid"], timeout["pg_desc"], timeout["pg_rank"], timeout["rank"]) == ("0", "default_pg", 0, 0)
@@ -52,7 +54,15 @@ def test_one_timeout_logged_three_times_is_one_row_per_kind():
     [
         (  # <= 2.0: no timestamp, no Numel, no global-rank prefix
             "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.",
-            {"kind": "watchdog_timeout", "seq": 469508, "numel_in": None, "timeout_ms": 1800000, "ran_for_ms": 1802212, "pg_rank": 1, "rank": 7},
+            {
+                "kind": "watchdog_timeout",
+                "seq": 469508,
+                "numel_in": None,
+                "timeout_ms": 1800000,
+                "ran_for_ms": 1802212,
+                "pg_rank": 1,
+                "rank": 7,
+            },
         ),
         (  # ~2.4: `[PG 1 Rank 0]`
             "[rank0]:[E1206 18:44:12.715588844 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 7753, last enqueued NCCL work: 7755, last completed NCCL work: 7752.",
@@ -60,7 +70,15 @@ def test_one_timeout_logged_three_times_is_one_row_per_kind():
         ),
         (  # ~2.5: PG ID / GUID with description
             "[rank1]:[E626 06:24:44.906457629 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception (either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last completed NCCL work: 807.",
-            {"kind": "failure_detected", "seq": 808, "last_enqueued": 811, "last_completed": 807, "pg_guid": "0", "pg_desc": "default_pg", "pg_id": 0},
+            {
+                "kind": "failure_detected",
+                "seq": 808,
+                "last_enqueued": 811,
+                "last_completed": 807,
+                "pg_guid": "0",
+                "pg_desc": "default_pg",
+                "pg_id": 0,
+            },
         ),
         (  # `[PG name (desc) Rank r]`
             "[rank5]:[E1206 18:44:12.715588844 ProcessGroupNCCL.cpp:1664] [PG 3 (tp_group) Rank 1] Exception (either an error or timeout) detected by watchdog at work: 12, last enqueued NCCL work: 12, last completed NCCL work: 11.",

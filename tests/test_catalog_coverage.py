@@ -53,9 +53,7 @@ def test_ids_are_unique_and_well_formed():
     assert not bad, bad
 
 
-@pytest.mark.parametrize(
-    "category", [c for c in Category if c not in (Category.NO_FAILURE, Category.UNKNOWN)], ids=str
-)
+@pytest.mark.parametrize("category", [c for c in Category if c not in (Category.NO_FAILURE, Category.UNKNOWN)], ids=str)
 def test_every_category_can_be_named_by_a_leading_finding(category):
     leading = [p.id for p in CATALOG if p.category == category and p.role in ("initiating", "symptom")]
     assert leading, f"no initiating/symptom pattern for {category}"
@@ -89,9 +87,25 @@ def test_a_line_is_claimed_by_one_pattern_unless_intended():
 
 
 def test_generic_xid_leaves_specific_codes_to_their_patterns():
-    xids = {"13": "XID013", "31": "XID013", "43": "XID043", "45": "XID043", "48": "XID048", "63": "XID063",
-            "64": "XID064", "74": "XID074", "79": "XID079", "94": "XID094", "95": "XID095",
-            "119": "XID119", "120": "XID120", "154": "XID154", "8": "XID000", "109": "XID000", "149": "XID000"}
+    xids = {
+        "13": "XID013",
+        "31": "XID013",
+        "43": "XID043",
+        "45": "XID043",
+        "48": "XID048",
+        "63": "XID063",
+        "64": "XID064",
+        "74": "XID074",
+        "79": "XID079",
+        "94": "XID094",
+        "95": "XID095",
+        "119": "XID119",
+        "120": "XID120",
+        "154": "XID154",
+        "8": "XID000",
+        "109": "XID000",
+        "149": "XID000",
+    }
     texts = [f"[  10.000001] NVRM: Xid (PCI:0000:3b:00): {code}, pid=4242, name=python, detail" for code in xids]
     hits = _matches(texts)
     assert [hits[i] for i in range(len(texts))] == [{pid} for pid in xids.values()]

@@ -53,18 +53,23 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_a_derived_entry_with_a_regex_is_refused(tmp_path):
-    entry = _write(tmp_path / "X001-x.toml", 'id = "X001"\nname = "x"\ntitle = "t"\nmeaning = "m"\nemitted_by = ["forensics/verdict.py"]\n'
-                   'immediate = ["a"]\nstructural = ["b"]\nregex = "x"\n')
+    entry = _write(
+        tmp_path / "X001-x.toml",
+        'id = "X001"\nname = "x"\ntitle = "t"\nmeaning = "m"\nemitted_by = ["forensics/verdict.py"]\n'
+        'immediate = ["a"]\nstructural = ["b"]\nregex = "x"\n',
+    )
     with pytest.raises(CatalogError, match="no regex"):
         load_derived_entry(entry)
 
 
 def test_a_stale_derived_entry_is_a_problem(tmp_path):
-    entry = load_derived_entry(_write(
-        tmp_path / "NOPE001-gone.toml",
-        'id = "NOPE001"\nname = "gone"\ntitle = "t"\nmeaning = "m"\nemitted_by = ["forensics/verdict.py", "forensics/missing.py"]\n'
-        'immediate = ["a"]\nstructural = ["b"]\n',
-    ))
+    entry = load_derived_entry(
+        _write(
+            tmp_path / "NOPE001-gone.toml",
+            'id = "NOPE001"\nname = "gone"\ntitle = "t"\nmeaning = "m"\nemitted_by = ["forensics/verdict.py", "forensics/missing.py"]\n'
+            'immediate = ["a"]\nstructural = ["b"]\n',
+        )
+    )
     problems = [str(p) for p in validate_derived([entry])]
     assert "NOPE001: forensics/verdict.py no longer emits NOPE001" in problems
     assert "NOPE001: emitted_by module forensics/missing.py does not exist" in problems

@@ -17,7 +17,7 @@ OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total capacity of 83.05 GiB "
     "of which 140.38 MiB is free."
 )
-GOOD = '''id = "TST001"
+GOOD = """id = "TST001"
 name = "cuda-oom"
 title = "CUDA out of memory"
 category = "CUDA_OOM"
@@ -32,7 +32,7 @@ structural = ["Measure peak memory before launch"]
 [examples]
 match = ["{oom}"]
 no_match = ["CUDA out of memory is a phrase in our docs"]
-'''.replace("{oom}", OOM)
+""".replace("{oom}", OOM)
 
 
 def write_pattern(directory: Path, text: str, family: str = "cuda", filename: str = "TST001-cuda-oom.toml") -> Path:
@@ -79,8 +79,14 @@ def test_duplicate_ids_are_an_error(tmp_path):
         (lambda t: t.replace('literals = ["CUDA out of memory"]', 'literals = ["CUDA"]'), "shorter than"),
         (lambda t: t.replace('literals = ["CUDA out of memory"]', "literals = []"), "at least one literal"),
         (lambda t: t.replace("Tried to allocate", "Tried to (?=allocate)"), "does not compile"),
-        (lambda t: t.replace('no_match = ["CUDA out of memory is a phrase in our docs"]', f'no_match = ["{OOM}"]'), "no_match example matches"),
-        (lambda t: t.replace(f'match = ["{OOM}"]', 'match = ["CUDA out of memory. Tried to allocate lots"]'), "match example does not match"),
+        (
+            lambda t: t.replace('no_match = ["CUDA out of memory is a phrase in our docs"]', f'no_match = ["{OOM}"]'),
+            "no_match example matches",
+        ),
+        (
+            lambda t: t.replace(f'match = ["{OOM}"]', 'match = ["CUDA out of memory. Tried to allocate lots"]'),
+            "match example does not match",
+        ),
         (lambda t: t.replace('literals = ["CUDA out of memory"]', 'literals = ["HIP out of memory"]'), "no literal occurs"),
         (lambda t: t.replace('structural = ["Measure peak memory before launch"]\n', ""), "immediate and structural"),
     ],

@@ -29,8 +29,16 @@ HEALTHY_LOG = "".join(
     for s in range(1, 20)
 )
 REQUIRED = {
-    "schema_version", "tool_version", "incident", "verdict", "hypotheses", "ranks",
-    "stragglers", "periodicity", "correlations", "inputs",
+    "schema_version",
+    "tool_version",
+    "incident",
+    "verdict",
+    "hypotheses",
+    "ranks",
+    "stragglers",
+    "periodicity",
+    "correlations",
+    "inputs",
 }
 VERDICT_FIELDS = {"category", "state", "summary", "culprit_ranks", "culprit_hosts", "culprit_gpus", "first_failure", "confidence"}
 INCIDENT_FIELDS = {"path", "world_size", "ranks_seen", "hosts", "start", "end"}
@@ -207,8 +215,10 @@ def test_patterns_show_prints_the_examples():
 
 
 def test_patterns_test_line_names_the_matching_pattern():
-    line = ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, "
-            "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.")
+    line = (
+        "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, "
+        "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out."
+    )
     result = run("patterns", "test", "--line", line)
     assert result.exit_code == 0 and result.stdout.startswith("DIST001 ") and '"seq":"469508"' in result.stdout
     nothing = run("patterns", "test", "--line", "all is well")
@@ -262,7 +272,9 @@ def test_a_user_pattern_folder_joins_the_catalog(tmp_path):
 def test_a_bad_user_pattern_folder_is_refused_before_analysis(tmp_path):
     mine = tmp_path / "site"
     mine.mkdir()
-    (mine / "SITE001-scratch-quota.toml").write_text(USER_PATTERN.replace('no_match = ["scratch quota ok"]', 'no_match = ["scratch quota exceeded for bob"]'))
+    (mine / "SITE001-scratch-quota.toml").write_text(
+        USER_PATTERN.replace('no_match = ["scratch quota ok"]', 'no_match = ["scratch quota exceeded for bob"]')
+    )
     write_files(tmp_path / "incident", {"rank0.log": "step 1\n"})
     result = run("analyze", tmp_path / "incident", "--out", tmp_path / "out", "--patterns", mine)
     assert result.exit_code == 2 and "no_match example matches" in result.stderr
@@ -285,7 +297,9 @@ def test_a_failing_step_is_reported_not_fatal(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "PASSES", [Step("broken", broken), *sources.PASSES])
     folder = tmp_path / "incident"
     folder.mkdir()
-    (folder / "rank_0.log").write_text("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.00 GiB is free.\n")
+    (folder / "rank_0.log").write_text(
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.00 GiB is free.\n"
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["analyze", str(folder), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -299,6 +313,9 @@ def test_timings_name_every_stage_on_stderr(incident, tmp_path):
     root = incident({"rank_0.log": "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n"})
     result = CliRunner().invoke(app, ["analyze", str(root), "--out", str(tmp_path / "out"), "--timings"])
     assert result.exit_code == 0, result.output
-    stages = [line.split()[0] for line in result.output.splitlines() if line and line.split()[0] in
-              {"discover", "read", "match", "metrics", "health", "verdict", "report", "total"}]
+    stages = [
+        line.split()[0]
+        for line in result.output.splitlines()
+        if line and line.split()[0] in {"discover", "read", "match", "metrics", "health", "verdict", "report", "total"}
+    ]
     assert stages == ["discover", "read", "match", "metrics", "health", "verdict", "report", "total"]

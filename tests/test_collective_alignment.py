@@ -76,7 +76,9 @@ def test_no_collectives_no_stragglers():
     assert align.collectives.is_empty() and align.stragglers == [] and align.findings.is_empty()
 
 
-@pytest.mark.skipif(not DLRM.is_dir(), reason=f"real trace corpus not found at {DLRM} (set FORENSICS_SHARED to the folder holding corpus/traces)")
+@pytest.mark.skipif(
+    not DLRM.is_dir(), reason=f"real trace corpus not found at {DLRM} (set FORENSICS_SHARED to the folder holding corpus/traces)"
+)
 def test_param_dlrm_8rank():
     align = align_collectives(load_traces(sorted(DLRM.glob("*.json"))))
     c = align.collectives

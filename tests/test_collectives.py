@@ -8,9 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import load_generator
-from forensics.flow import ingest_text
 from forensics.discover import discover
+from forensics.flow import ingest_text
 from forensics.incident import Incident
 from forensics.ingest.c10d import parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import entries_frame, load_flight_recorder
@@ -18,6 +17,7 @@ from forensics.ingest.nccl import parse_nccl
 from forensics.passes.collectives import localize_hang, rank_ranges, summarize_state
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import FINDINGS, LINES, conform
+from tests.conftest import load_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 INCIDENTS = ROOT / "fixtures" / "incidents"
@@ -108,9 +108,7 @@ def test_lagging_seq_64_ranks(incidents):
     incident = incident_of("hang_64rank_lagging_seq", incidents)
     finding = culprits(incident, "HANG001").row(0, named=True)
     assert (finding["rank"], finding["host"]) == (37, "hgx-005")
-    assert (captures(finding)["lagging_seq"], captures(finding)["others_seq"], captures(finding)["field"]) == (
-        4408, 4409, "last_completed"
-    )
+    assert (captures(finding)["lagging_seq"], captures(finding)["others_seq"], captures(finding)["field"]) == (4408, 4409, "last_completed")
     assert "#4408" in finding["text"] and "63 other rank(s)" in finding["text"]
     state = incident.tables["collective_state"]
     assert state.select("ranks", "state").rows() == [("37", "culprit:HANG001"), ("0-36, 38-63", "timed_out")]
@@ -213,7 +211,6 @@ def test_report_escapes_log_text():
     row = next(line for line in markdown.splitlines() if "evil" in line)
     assert row.count(" | ") == 4  # the pipe in the message did not add a column
     assert render_collectives({}) == ""
-
 
 
 def _lines(texts: list[str], rank: int | None = None) -> pl.DataFrame:

@@ -37,8 +37,7 @@ DMON = (
 )
 TOPO = "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\nGPU0\t X \t0-19\t0\t\tN/A\n"
 DMESG = "".join(
-    f"[31543.44944{i}] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS\n"
-    for i in range(5)
+    f"[31543.44944{i}] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS\n" for i in range(5)
 )
 NCCL_DEBUG = (
     "host-2:38610:38610 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to enp179s0f0\n"
@@ -164,7 +163,9 @@ def test_a_git_folder_is_listed_once_unread_and_other_dot_folders_are_read(tmp_p
     (tmp_path / "rank_0.log").write_text("x\n")
     inputs = discover(tmp_path)
     assert inputs.select("path", "problem").rows() == [
-        (".git/", "version-control folder: not read"), (".github/rank_1.log", None), ("rank_0.log", None),
+        (".git/", "version-control folder: not read"),
+        (".github/rank_1.log", None),
+        ("rank_0.log", None),
     ]
 
 
@@ -190,6 +191,6 @@ def test_empty_folder_gives_an_empty_table(tmp_path):
 
 
 def test_sniff_never_raises_on_garbage():
-    for head in [b"{", b"{\"traceEvents\"", b"\x80\x04", b"\xff" * 100, b"[", b"\n\n\n"]:
+    for head in [b"{", b'{"traceEvents"', b"\x80\x04", b"\xff" * 100, b"[", b"\n\n\n"]:
         kind, _ = sniff_kind("x.json", head)
         assert kind in set(InputKind)

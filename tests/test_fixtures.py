@@ -73,7 +73,9 @@ def _quotes_are_verbatim(analysis) -> list[tuple]:
     texts = {(f, n): t for f, n, t in analysis.incident.lines.select("file", "line", "text").iter_rows()}
     verdict = analysis.verdict
     rows = [e for h in verdict.hypotheses for e in h.evidence] + ([verdict.first_failure] if verdict.first_failure else [])
-    wrong = [(e["file"], e["line"], e["text"]) for e in rows if e.get("text") is not None and texts.get((e["file"], e["line"])) != e["text"]]
+    wrong = [
+        (e["file"], e["line"], e["text"]) for e in rows if e.get("text") is not None and texts.get((e["file"], e["line"])) != e["text"]
+    ]
     return wrong
 
 

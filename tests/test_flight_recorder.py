@@ -11,7 +11,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import load_generator
 from forensics.ingest.flight_recorder import (
     entries_frame,
     load_flight_recorder,
@@ -19,6 +18,7 @@ from forensics.ingest.flight_recorder import (
     sniff_flight_recorder,
 )
 from forensics.safe_pickle import load_plain
+from tests.conftest import load_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 FR_FIXTURE = ROOT / "fixtures" / "incidents" / "hang_flight_recorder"
@@ -80,11 +80,7 @@ def test_plain_data_pickles_load():
 
 def test_torchscript_type_tags_load_without_torch():
     # What torch.jit's pickler writes for a typed dict: restore_type_tag({...}, "Dict[str, int]").
-    data = (
-        b"\x80\x02ctorch.jit._pickle\nrestore_type_tag\n"
-        b"}(X\x01\x00\x00\x00kK\x01u"
-        b"X\x0e\x00\x00\x00Dict[str, int]\x86R."
-    )
+    data = b"\x80\x02ctorch.jit._pickle\nrestore_type_tag\n}(X\x01\x00\x00\x00kK\x01uX\x0e\x00\x00\x00Dict[str, int]\x86R."
     assert load_plain(data) == ({"k": 1}, None)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_generator
 from forensics.schema import Category
+from tests.conftest import load_generator
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GENERATOR = FIXTURES / "generate" / "make_format_incidents.py"

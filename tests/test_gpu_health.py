@@ -12,8 +12,10 @@ from forensics.passes.gpu_health import analyze_gpu_health
 from forensics.schema import FINDINGS, LINES, conform
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
-INIT = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
-                  r"cudaDev (?P<cuda_dev>\d+) (?:nvmlDev \d+ )?busId (?P<pci_bus_id>[0-9a-f]+)")
+INIT = re.compile(
+    r"^(?P<host>[^\s:]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO comm \S+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
+    r"cudaDev (?P<cuda_dev>\d+) (?:nvmlDev \d+ )?busId (?P<pci_bus_id>[0-9a-f]+)"
+)
 
 
 def nccl_topology(folder: Path) -> pl.DataFrame:
@@ -23,9 +25,13 @@ def nccl_topology(folder: Path) -> pl.DataFrame:
         for line in log.read_text().splitlines():
             if m := INIT.match(line):
                 rows.append({**m.groupdict(), "comm_id": "0x5ae77eb5ea4ec1ee"})
-    return pl.DataFrame(rows).with_columns(
-        pl.col("rank", "pid", "nranks", "cuda_dev").cast(pl.Int64),
-    ).with_columns(pl.col("rank").cast(pl.Int32))
+    return (
+        pl.DataFrame(rows)
+        .with_columns(
+            pl.col("rank", "pid", "nranks", "cuda_dev").cast(pl.Int64),
+        )
+        .with_columns(pl.col("rank").cast(pl.Int32))
+    )
 
 
 def rank_metrics(folder: Path) -> pl.DataFrame:
@@ -34,9 +40,11 @@ def rank_metrics(folder: Path) -> pl.DataFrame:
         rank = int(log.stem.split("_")[1])
         text = pl.Series(log.read_text().splitlines())
         time = text.str.extract(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3})").str.to_datetime(
-            "%Y-%m-%d %H:%M:%S,%3f", time_zone="UTC", time_unit="us", strict=False)
-        frames.append(conform(pl.DataFrame({"file": log.name, "line": range(1, len(text) + 1), "rank": rank,
-                                            "time": time, "text": text}), LINES))
+            "%Y-%m-%d %H:%M:%S,%3f", time_zone="UTC", time_unit="us", strict=False
+        )
+        frames.append(
+            conform(pl.DataFrame({"file": log.name, "line": range(1, len(text) + 1), "rank": rank, "time": time, "text": text}), LINES)
+        )
     return extract_metrics(pl.concat(frames))
 
 

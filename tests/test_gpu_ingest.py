@@ -1,26 +1,52 @@
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pytest
+from gpu_samples import (
+    CSV_465,
+    CSV_H100_APPS,
+    CSV_NOUNITS_NOHEADER,
+    DMON_H100,
+    DMON_OLD,
+    H100_Q,
+    KERNEL_DMESG_T,
+    KERNEL_LINES,
+    KERNEL_MISC,
+    KERNEL_OOM,
+    KERNEL_SYSLOG,
+    OLD_Q,
+    PMON_H100,
+    TOPO_H100,
+)
 
 from forensics.ingest.gpu import (
-    normalize_pci, parse_dmon, parse_gpu_csv, parse_nvidia_smi_query, parse_pmon, parse_topo, sniff_gpu_kind,
+    normalize_pci,
+    parse_dmon,
+    parse_gpu_csv,
+    parse_nvidia_smi_query,
+    parse_pmon,
+    parse_topo,
+    sniff_gpu_kind,
 )
 from forensics.ingest.kernel_log import attach_boot_times, parse_kernel_log
-from gpu_samples import (
-    CSV_465, CSV_H100_APPS, CSV_NOUNITS_NOHEADER, DMON_H100, DMON_OLD, H100_Q, KERNEL_DMESG_T, KERNEL_LINES,
-    KERNEL_MISC, KERNEL_OOM, KERNEL_SYSLOG, OLD_Q, PMON_H100, TOPO_H100,
-)
 
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        ("PCI:0000:2b:00", "00000000:2B:00.0"), ("00000000:2B:00.0", "00000000:2B:00.0"), ("2b000", "00000000:2B:00.0"),
-        ("9b000", "00000000:9B:00.0"), ("90", "00000000:00:09.0"), ("0000:03:00", "00000000:03:00.0"),
-        ("PCI:0019:01:00", "00000019:01:00.0"), ("12b000", "00000001:2B:00.0"), ("0000:10:1c", "00000000:10:1C.0"),
-        ("garbage", None), ("", None), (None, None),
+        ("PCI:0000:2b:00", "00000000:2B:00.0"),
+        ("00000000:2B:00.0", "00000000:2B:00.0"),
+        ("2b000", "00000000:2B:00.0"),
+        ("9b000", "00000000:9B:00.0"),
+        ("90", "00000000:00:09.0"),
+        ("0000:03:00", "00000000:03:00.0"),
+        ("PCI:0019:01:00", "00000019:01:00.0"),
+        ("12b000", "00000001:2B:00.0"),
+        ("0000:10:1c", "00000000:10:1C.0"),
+        ("garbage", None),
+        ("", None),
+        (None, None),
     ],
 )
 def test_pci_forms_normalize_to_one_key(raw, expected):
@@ -32,7 +58,7 @@ def test_query_new_generation():
     assert problem is None
     row = df.row(0, named=True)
     assert row["pci_bus_id"] == "00000000:00:09.0" and row["gpu"] == 0 and row["host"] == "h1"
-    assert row["time"] == datetime(2026, 7, 14, 8, 12, 53, tzinfo=timezone.utc)
+    assert row["time"] == datetime(2026, 7, 14, 8, 12, 53, tzinfo=UTC)
     assert row["temperature_c"] == 59 and row["power_draw_w"] == 629.45 and row["power_limit_w"] == 700
     assert row["sm_util_pct"] == 100 and row["mem_util_pct"] == 10 and row["sm_clock_mhz"] == 1980
     assert row["memory_used_mib"] == 18351 and row["memory_total_mib"] == 81559
@@ -59,12 +85,11 @@ def test_csv_with_old_names_units_and_bitmask():
     assert df["pci_bus_id"].to_list() == ["00000000:0C:00.0"] * 2
     assert df["throttle_reasons"].to_list() == [[], ["hw_slowdown", "hw_thermal"]]
     assert df["power_draw_w"].to_list() == [9.47, 240.1] and df["sm_clock_mhz"].to_list() == [300, 1350]
-    assert df["time"][0] == datetime(2021, 6, 10, 0, 55, 54, 492000, tzinfo=timezone.utc)
+    assert df["time"][0] == datetime(2021, 6, 10, 0, 55, 54, 492000, tzinfo=UTC)
 
 
 def test_csv_without_header_with_given_columns_and_null_tokens():
-    cols = ["timestamp", "index", "pci.bus_id", "temperature.gpu", "power.draw", "power.limit", "utilization.gpu",
-            "clocks.sm"]
+    cols = ["timestamp", "index", "pci.bus_id", "temperature.gpu", "power.draw", "power.limit", "utilization.gpu", "clocks.sm"]
     df, problem = parse_gpu_csv(CSV_NOUNITS_NOHEADER, "q.csv", columns=cols)
     assert problem is None
     assert df["gpu"].to_list() == [0, 1] and df["temperature_c"].to_list() == [63, None]
@@ -89,11 +114,13 @@ def test_dmon_both_layouts_and_repeated_headers():
 
 
 def test_dmon_with_date_and_time_columns():
-    text = ("#Date       Time        gpu    pwr  gtemp     sm    mem   pclk\n"
-            "#YYYYMMDD   HH:MM:SS    Idx      W      C      %      %    MHz\n"
-            " 20240105   10:11:12      0    631     63    100     10   1980\n")
+    text = (
+        "#Date       Time        gpu    pwr  gtemp     sm    mem   pclk\n"
+        "#YYYYMMDD   HH:MM:SS    Idx      W      C      %      %    MHz\n"
+        " 20240105   10:11:12      0    631     63    100     10   1980\n"
+    )
     df, _ = parse_dmon(text, "dmon.txt")
-    assert df["time"][0] == datetime(2024, 1, 5, 10, 11, 12, tzinfo=timezone.utc)
+    assert df["time"][0] == datetime(2024, 1, 5, 10, 11, 12, tzinfo=UTC)
 
 
 def test_pmon_rows():
@@ -116,7 +143,7 @@ def test_kernel_xid_lines_every_timestamp_form():
     assert xids["xid"].to_list() == [31, 13, 13, 109, 79, 119, 154, 63, 94, 149]
     x109 = xids.filter(pl.col("xid") == 109).row(0, named=True)
     assert x109["pid"] == 1797828 and x109["process"] == "pt_main_thread"
-    assert x109["time"] == datetime(2024, 8, 30, 11, 43, 14, tzinfo=timezone.utc)
+    assert x109["time"] == datetime(2024, 8, 30, 11, 43, 14, tzinfo=UTC)
     x79 = xids.filter(pl.col("xid") == 79).row(0, named=True)
     assert x79["pci_bus_id"] == "00000000:2B:00.0" and x79["fatal"] and x79["uuid"].startswith("GPU-0b11d014")
     talos = xids.filter(pl.col("xid") == 154).row(0, named=True)
@@ -124,18 +151,20 @@ def test_kernel_xid_lines_every_timestamp_form():
     assert ev.filter(pl.col("kind") == "fell_off_bus").height == 1
     ooms = ev.filter(pl.col("kind") == "host_oom")
     assert ooms["pid"].to_list() == [698405, 1440763]
-    assert ooms["time"][1] == datetime(2024, 4, 29, 12, 55, 41, 679700, tzinfo=timezone.utc)
+    assert ooms["time"][1] == datetime(2024, 4, 29, 12, 55, 41, 679700, tzinfo=UTC)
 
 
 def test_kernel_aer_and_sxid():
-    text = ("[  124.582910] pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:01:00.0\n"
-            "Dec  1 02:16:37 bd-cpu18 kernel: pcieport 0000:00:01.0: AER: Corrected error received: id=0008\n"
-            "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)\n")
+    text = (
+        "[  124.582910] pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:01:00.0\n"
+        "Dec  1 02:16:37 bd-cpu18 kernel: pcieport 0000:00:01.0: AER: Corrected error received: id=0008\n"
+        "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)\n"
+    )
     ev, _ = parse_kernel_log(text, "kern.log", default_year=2020)
     assert ev["kind"].to_list() == ["pcie_aer", "pcie_aer", "sxid"]
     assert ev["severity"].to_list() == ["critical", "warning", "warning"]
     assert ev["pci_bus_id"].to_list() == ["00000000:01:00.0", None, "00000000:05:00.0"]
-    assert ev["host"][1] == "bd-cpu18" and ev["time"][1] == datetime(2020, 12, 1, 2, 16, 37, tzinfo=timezone.utc)
+    assert ev["host"][1] == "bd-cpu18" and ev["time"][1] == datetime(2020, 12, 1, 2, 16, 37, tzinfo=UTC)
 
 
 def test_dmesg_uptime_becomes_wall_time_from_btime_or_companion():
@@ -143,10 +172,10 @@ def test_dmesg_uptime_becomes_wall_time_from_btime_or_companion():
     alone, _ = parse_kernel_log(raw, "dmesg.txt", host_hint="n1")
     assert alone["time"][0] is None and alone["uptime_s"][0] == 100.5
     with_btime, _ = parse_kernel_log("btime 1725018089\n" + raw, "dmesg.txt", host_hint="n1")
-    assert with_btime["time"][0] == datetime(2024, 8, 30, 11, 43, 9, 500000, tzinfo=timezone.utc)
+    assert with_btime["time"][0] == datetime(2024, 8, 30, 11, 43, 9, 500000, tzinfo=UTC)
     companion, _ = parse_kernel_log(raw.replace("[100.500000]", "[Fri Aug 30 11:43:09 2024]"), "dmesg_T.txt", "n1")
     aligned = attach_boot_times(pl.concat([alone, companion]))
-    assert aligned["time"][0] == datetime(2024, 8, 30, 11, 43, 9, tzinfo=timezone.utc)
+    assert aligned["time"][0] == datetime(2024, 8, 30, 11, 43, 9, tzinfo=UTC)
 
 
 def test_sniffer_kinds():

@@ -59,7 +59,9 @@ def test_a_run_that_stops_stepping_short_of_its_total_is_flagged_weakly():
 
 def test_nan_loss_for_many_steps_is_numerical_from_its_first_line():
     # lion-pytorch#9 style: loss explodes, then is nan every epoch while training goes on
-    lines = lines_frame(["E5 iter[ 14/ 15] | [Loss] 51566519.44", "E6 iter[ 14/ 15] | [Loss] nan | [exp] ./exp/0125/car", "E7 iter[ 14/ 15] | [Loss] nan"])
+    lines = lines_frame(
+        ["E5 iter[ 14/ 15] | [Loss] 51566519.44", "E6 iter[ 14/ 15] | [Loss] nan | [exp] ./exp/0125/car", "E7 iter[ 14/ 15] | [Loss] nan"]
+    )
     found = numerical_findings(extract_metrics(lines), lines)
     assert found.select("pattern", "line", "category", "role").rows() == [("METRIC001", 2, "NUMERICAL", "initiating")]
     assert found["rank"].to_list() == [None]  # one rank logs an all-reduced loss: no culprit
@@ -94,7 +96,11 @@ def test_a_traceback_cut_before_its_exception_is_judged_by_its_frames(incident):
 
 
 def test_unrecognized_and_cut_tracebacks_are_failure_evidence(incident):
-    keyerror = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "train.py", line 3, in <module>', "[rank1]: KeyError: 'labels'"]
+    keyerror = [
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "train.py", line 3, in <module>',
+        "[rank1]: KeyError: 'labels'",
+    ]
     lines = lines_frame(keyerror, rank=1)
     assert classify_by_frames(lines, NO_FINDINGS).is_empty()
     found = uncaught_exceptions(lines, NO_FINDINGS)
@@ -202,7 +208,9 @@ def test_progress_counts_steps_since_the_step_counter_last_went_back(incident):
     verdict = analyze(incident({"console.log": lines})).verdict
     assert (verdict.category, verdict.state) == ("UNKNOWN", "unknown")
     # A restart from a checkpoint that then keeps stepping is progress again.
-    titan = "[rank0]:[titan] 2025-03-12 11:10:{s:02d},511 - root - INFO - step: {step}  loss:  6.2250  memory:  1.41GiB(1.79%)  tps: 193,831\n"
+    titan = (
+        "[rank0]:[titan] 2025-03-12 11:10:{s:02d},511 - root - INFO - step: {step}  loss:  6.2250  memory:  1.41GiB(1.79%)  tps: 193,831\n"
+    )
     before = "".join(titan.format(s=s, step=s) for s in range(1, 10))
     after = "".join(titan.format(s=30 + s, step=s) for s in range(5, 9))
     restarted = analyze(incident({"console.log": before + after})).verdict

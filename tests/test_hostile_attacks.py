@@ -3,38 +3,42 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from forensics.flow import analyze
 from forensics.cli import app
+from forensics.flow import analyze
 from forensics.ingest.timestamps import times_of
 
 runner = CliRunner()
 OOM = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.10 GiB of which 1.06 GiB is free.\n"
 
 
-@pytest.mark.parametrize("text", [
-    "0000-01-01T00:00:00Z RuntimeError: x",
-    "9999-12-31T23:59:59+14:00 boom",
-    "0000/01/01 00:00:00.000, 0, NVIDIA H100",
-    "Mon Jan  1 00:00:00 0000 x",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0000-01-01T00:00:00Z RuntimeError: x",
+        "9999-12-31T23:59:59+14:00 boom",
+        "0000/01/01 00:00:00.000, 0, NVIDIA H100",
+        "Mon Jan  1 00:00:00 0000 x",
+    ],
+)
 def test_timestamps_out_of_any_job_s_range_are_no_time(text):
     assert times_of(pl.Series("text", [text]), 2026).to_list() == [None]
 
 
 def test_out_of_range_times_and_huge_numbers_do_not_crash_the_analysis(incident):
-    root = incident({
-        "rank_0.log": "0000-01-01T00:00:00Z [rank0]: started\n9999-12-31T23:59:59+14:00 [rank0]: x\n" + OOM,
-        "rank_2147483648.log": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
-        "worker-3000000000.log": "hello\n",
-        "dmesg.log": "[99999999999999999999.123] NVRM: Xid (PCI:0000:3b:00): 79, pid=123, GPU has fallen off the bus.\nbtime 99999999999999999999\n",
-        "console.log": "[rank0]: world_size=3000000000 nranks 2000000000\n",
-    })
+    root = incident(
+        {
+            "rank_0.log": "0000-01-01T00:00:00Z [rank0]: started\n9999-12-31T23:59:59+14:00 [rank0]: x\n" + OOM,
+            "rank_2147483648.log": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+            "worker-3000000000.log": "hello\n",
+            "dmesg.log": "[99999999999999999999.123] NVRM: Xid (PCI:0000:3b:00): 79, pid=123, GPU has fallen off the bus.\nbtime 99999999999999999999\n",
+            "console.log": "[rank0]: world_size=3000000000 nranks 2000000000\n",
+        }
+    )
     analysis = analyze(root)
     assert analysis.world_size <= 1 << 17
     inputs = analysis.incident.inputs
@@ -107,11 +111,13 @@ def _trace(events: list[dict], rank: int) -> str:
 
 def test_impossible_trace_times_and_deep_nesting_cost_one_file_at_most(tmp_path):
     kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7}
-    (tmp_path / "rank0_trace.json").write_text(_trace(
-        [kernel | {"ts": 1e30, "dur": 1e23}, kernel | {"ts": 1.5e19, "dur": 1.5}, kernel | {"ts": 100, "dur": 10}], 0))
+    (tmp_path / "rank0_trace.json").write_text(
+        _trace([kernel | {"ts": 1e30, "dur": 1e23}, kernel | {"ts": 1.5e19, "dur": 1.5}, kernel | {"ts": 100, "dur": 10}], 0)
+    )
     deep = '{"a":' * 100_000 + "1" + "}" * 100_000
     (tmp_path / "rank1_trace.json").write_text(
-        '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":1,"pid":0,"tid":7,"args":' + deep + '}]}')
+        '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":1,"pid":0,"tid":7,"args":' + deep + "}]}"
+    )
     inputs = analyze(tmp_path).incident.inputs.sort("path")
     assert inputs.select("path", "status", "problem").rows() == [
         ("rank0_trace.json", "partial", "2 events with impossible times dropped"),

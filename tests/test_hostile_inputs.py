@@ -37,10 +37,12 @@ def build(root: Path, marker: Path) -> dict[str, bytes]:
         "random_1.dat": os.urandom(70_000),
         "zero.log": b"",
         "one_line.log": b"[rank0]: " + b"A" * (5 << 20) + b"\n",
-        "rank_2.log": b"[rank2]: before\n" + b"\x00" * 4096 + b"\n[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        "rank_2.log": b"[rank2]: before\n"
+        + b"\x00" * 4096
+        + b"\n[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n",
         "rank_1.log.gz": gz[: len(gz) // 2],
         "rank_3.log.zst": zstandard.ZstdCompressor().compress(lines)[:40] + os.urandom(300),
-        "we ird \u00fc\u65e5 ..name...log": "[rank4]: a file named with spaces, unicode and dots\n".encode(),
+        "we ird \u00fc\u65e5 ..name...log": b"[rank4]: a file named with spaces, unicode and dots\n",
         "..dots": b"[rank6]: leading dots\n",
         "bad.pt.trace.json": b'{"schemaVersion": 1, "traceEvents": [ {"ph": "X", "name": ',
         "broken.json": b"this is { not json",

@@ -53,7 +53,7 @@ def test_code_block_fence_is_longer_than_any_run_inside():
     body = ["```python", "print('x')", "````", "<script>alert(1)</script>"]
     out = code_block(body)
     first, *_, last = out.split("\n")
-    fence = first.rstrip("text")
+    fence = first.removesuffix("text")
     assert len(fence) >= 5 and last == fence
     assert out.count("\n" + fence + "\n") == 0  # no line inside equals the fence
 

@@ -35,9 +35,7 @@ REAL = [
 
 
 def lines_of(texts: list[str], file: str = "console.log", rank: int | None = None) -> pl.DataFrame:
-    return conform(
-        pl.DataFrame({"file": file, "line": range(1, len(texts) + 1), "text": texts, "rank": rank}), LINES
-    )
+    return conform(pl.DataFrame({"file": file, "line": range(1, len(texts) + 1), "text": texts, "rank": rank}), LINES)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +76,12 @@ def test_complete_wins_over_start_and_largest_comm_gives_the_global_rank():
     assert topo.height == 2 and set(topo["phase"]) == {"COMPLETE"}
     procs = process_ranks(topo)
     assert procs.row(0, named=True) == {
-        "host": "nodeA", "pid": 4107, "global_rank": 10, "world": 16, "cuda_dev": 2, "pci_bus_id": "00000000:3A:00.0"
+        "host": "nodeA",
+        "pid": 4107,
+        "global_rank": 10,
+        "world": 16,
+        "cuda_dev": 2,
+        "pci_bus_id": "00000000:3A:00.0",
     }
 
 
@@ -112,7 +115,10 @@ def test_warn_classes(parsed):
 @pytest.mark.parametrize(
     "msg, kind",
     [
-        ("NET/IB: Got completion from peer 10.1.1.2<3> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 hca mlx5_0", "ib_completion"),
+        (
+            "NET/IB: Got completion from peer 10.1.1.2<3> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 hca mlx5_0",
+            "ib_completion",
+        ),
         ("NET/IB : mlx5_0:1 async fatal event: local catastrophic error", "ib_async"),
         ("Mismatched NCCL version detected : rank 0 version 22105 rank 3 version 21903", "version_mismatch"),
         ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000", "duplicate_gpu"),

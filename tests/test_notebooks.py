@@ -23,9 +23,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
 def test_notebook_executes(notebook, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's tempfile.mkdtemp() outputs land in tmp_path
     nb = jupytext.read(notebook)
-    client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}}
-    )
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     failure = None
     try:
         client.execute()

@@ -18,16 +18,26 @@ def ingest(tmp_path, files: dict[str, str | bytes], names: dict[str, tuple[int |
 
 # Real prefix stacks (formats.md 0, 4.4, 4.5) -> global rank of the line.
 PREFIXED = [
-    pytest.param("[rank3]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation timeout", 3, id="c10"),
+    pytest.param(
+        "[rank3]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation timeout", 3, id="c10"
+    ),
     pytest.param("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB.", 3, id="excepthook"),
     pytest.param("[default3]:[rank3]: RuntimeError: All 3 implementation(s) failed for op='generic_gemm'.", 3, id="torchrun-tee"),
     pytest.param(" 3: [2024-05-08 08:47:31,877] [INFO] srun labelled line", 3, id="srun-right-aligned"),
     pytest.param("12: [2024-05-08 08:47:31,877] [INFO] srun two digits", 12, id="srun-two-digits"),
     pytest.param("P0  3: heterogeneous job line", 3, id="srun-pack"),
     pytest.param("[1,3]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure 'invalid argument'", 3, id="mpirun"),
-    pytest.param("Fri Aug 11 12:31:45 2023[1,3]<stderr>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure", 3, id="mpirun-timestamp"),
-    pytest.param("(WorkerDict pid=3490362) [rank1]:[E1118 20:32:23.955028747 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught", 1, id="ray"),
-    pytest.param("nemo.collections.llm.api.pretrain/0 [default0]:[rank0]: RuntimeError: world_size (1) is not divisible by 2", 0, id="nemo-run"),
+    pytest.param(
+        "Fri Aug 11 12:31:45 2023[1,3]<stderr>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure",
+        3,
+        id="mpirun-timestamp",
+    ),
+    pytest.param(
+        "(WorkerDict pid=3490362) [rank1]:[E1118 20:32:23.955028747 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught", 1, id="ray"
+    ),
+    pytest.param(
+        "nemo.collections.llm.api.pretrain/0 [default0]:[rank0]: RuntimeError: world_size (1) is not divisible by 2", 0, id="nemo-run"
+    ),
 ]
 
 
@@ -212,7 +222,12 @@ def test_host_comes_from_nccl_prefixes(tmp_path):
     }
     lines, _, _ = ingest(tmp_path, files, {"rank_3.log": (3, None), "rank_4.log": (4, None), "rank_5.log": (5, None)})
     assert lines.select("rank", "host").rows() == [
-        (3, "host-2"), (3, "host-2"), (3, "host-2"), (4, "tpgds-aihub0007"), (4, "tpgds-aihub0007"), (5, None),
+        (3, "host-2"),
+        (3, "host-2"),
+        (3, "host-2"),
+        (4, "tpgds-aihub0007"),
+        (4, "tpgds-aihub0007"),
+        (5, None),
     ]
 
 
@@ -231,9 +246,7 @@ def test_torchrun_tree_local_rank_is_global_on_a_single_node_console(tmp_path):
     """rank 3 never raised, so no `[rank3]:` tag exists; its tree folder and `[default3]:` still name it."""
     from forensics.ingest.rank_logs import TextFile, read_text_files
 
-    (tmp_path / "console.log").write_text(
-        "[default0]:[rank0]: RuntimeError: boom\n[default3]:2026-11-21 20:00:18,001 INFO step 11\n"
-    )
+    (tmp_path / "console.log").write_text("[default0]:[rank0]: RuntimeError: boom\n[default3]:2026-11-21 20:00:18,001 INFO step 11\n")
     tree = tmp_path / "attempt_0" / "3"
     tree.mkdir(parents=True)
     (tree / "stdout.log").write_text("2026-11-21 20:00:18,001 INFO step 11\n")
@@ -244,9 +257,7 @@ def test_torchrun_tree_local_rank_is_global_on_a_single_node_console(tmp_path):
 def test_multi_node_console_does_not_guess_from_local_ranks(tmp_path):
     from forensics.ingest.rank_logs import TextFile, read_text_files
 
-    (tmp_path / "console.log").write_text(
-        "[default0]:[rank0]: a\n[default0]:[rank4]: b\n[default1]:[rank5]: c\n[default2]:untagged\n"
-    )
+    (tmp_path / "console.log").write_text("[default0]:[rank0]: a\n[default0]:[rank4]: b\n[default1]:[rank5]: c\n[default2]:untagged\n")
     lines, _, _ = read_text_files(tmp_path, [TextFile("console.log", None)])
     assert lines.sort("line")["rank"].to_list() == [0, 4, 5, None]
 

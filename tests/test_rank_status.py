@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import polars as pl
+
 from forensics.flow import analyze
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.cross_rank import rank_table
 from tests.conftest import findings_frame, lines_frame
-import polars as pl
 
 
 def _nanogpt_steps(first: int, last: int) -> list[str]:
@@ -32,24 +33,40 @@ def test_one_logging_interval_behind_is_ordinary_skew_not_silence():
 
 def test_a_rank_below_the_world_size_with_no_line_is_silent_and_a_crashed_rank_says_so():
     lines = _frames({0: _nanogpt_steps(0, 50), 1: _nanogpt_steps(0, 50)})
-    oom = findings_frame([{"file": "rank_1.log", "line": 3, "rank": 1, "category": "CUDA_OOM", "pattern": "OOM001",
-                           "role": "initiating", "severity": "critical", "text": "x"}])
+    oom = findings_frame(
+        [
+            {
+                "file": "rank_1.log",
+                "line": 3,
+                "rank": 1,
+                "category": "CUDA_OOM",
+                "pattern": "OOM001",
+                "role": "initiating",
+                "severity": "critical",
+                "text": "x",
+            }
+        ]
+    )
     ranks = rank_table(lines, oom, extract_metrics(lines), 3)
     assert ranks["status"].to_list() == ["running", "crashed", "silent"]
 
 
 def test_a_completion_line_finishes_the_ranks_and_a_torn_down_job_leaves_them_running(incident):
-    done = incident({
-        "rank_0.log": "\n".join(_nanogpt_steps(0, 50)) + "\n[rank0]: Training completed. Total training time: 0:41:02\n",
-        "rank_1.log": "\n".join(_nanogpt_steps(0, 50)) + "\n",
-    })
+    done = incident(
+        {
+            "rank_0.log": "\n".join(_nanogpt_steps(0, 50)) + "\n[rank0]: Training completed. Total training time: 0:41:02\n",
+            "rank_1.log": "\n".join(_nanogpt_steps(0, 50)) + "\n",
+        }
+    )
     statuses = analyze(done).incident.ranks["status"].to_list()
     assert statuses == ["finished", "finished"] or statuses == ["finished", "running"]
-    torn = incident({
-        "rank_0.log": "\n".join(_nanogpt_steps(0, 50)) + "\n",
-        "rank_1.log": "\n".join(_nanogpt_steps(0, 50))
-        + "\n[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.10 GiB of which 1.06 GiB is free.\n",
-    })
+    torn = incident(
+        {
+            "rank_0.log": "\n".join(_nanogpt_steps(0, 50)) + "\n",
+            "rank_1.log": "\n".join(_nanogpt_steps(0, 50))
+            + "\n[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.10 GiB of which 1.06 GiB is free.\n",
+        }
+    )
     ranks = analyze(torn).incident.ranks
     assert ranks["status"].to_list() == ["running", "crashed"]
     assert "healthy" not in ranks["status"].to_list()

@@ -7,14 +7,14 @@ import polars as pl
 from forensics.flow import analyze
 from forensics.passes.stacks import stack_waits, what_the_stalled_rank_did
 from forensics.passes.traceback_context import uncaught_exceptions
-from tests.conftest import findings_frame, lines_frame
 from forensics.schema import FINDINGS
+from tests.conftest import findings_frame, lines_frame
 
 PY_SPY_DATALOADER = [  # ray-project/ray#52598: a Ray Train worker stuck on its DataLoader (py-spy dump)
-    "Thread 120110 (idle): \"Thread-1\"",
+    'Thread 120110 (idle): "Thread-1"',
     "    push_local_metrics (ray/train/v2/_internal/callbacks/metrics.py:223)",
     "    run (threading.py:917)",
-    "Thread 120142 (idle): \"TrainingThread(train_fn_per_worker)\"",
+    'Thread 120142 (idle): "TrainingThread(train_fn_per_worker)"',
     "    select (selectors.py:416)",
     "    get (multiprocessing/queues.py:113)",
     "    _try_get_data (torch/utils/data/dataloader.py:1133)",
@@ -22,12 +22,12 @@ PY_SPY_DATALOADER = [  # ray-project/ray#52598: a Ray Train worker stuck on its 
     "    train_fn_per_worker (train_benchmark.py:340)",
 ]
 PY_SPY_ASYNC_SAVE = [  # NVIDIA/Megatron-LM#2422: the main thread joins the async checkpoint writer
-    "Thread 36380 (idle): \"MainThread\"",
+    'Thread 36380 (idle): "MainThread"',
     "    poll (multiprocessing/popen_fork.py:27)",
     "    join (multiprocessing/process.py:149)",
     "    close (core/dist_checkpointing/strategies/async_utils.py:248)",
     "    save (core/dist_checkpointing/serialization.py:396)",
-    "Thread 38606 (idle): \"Thread-2 (_pin_memory_loop)\"",
+    'Thread 38606 (idle): "Thread-2 (_pin_memory_loop)"',
     "    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:52)",
 ]
 # fixtures/incidents/rank_data_hang_faulthandler: faulthandler on torchrun's SIGTERM, through --tee.
@@ -60,14 +60,40 @@ def test_a_faulthandler_dump_behind_a_launcher_prefix_is_one_block_and_no_traceb
 
 
 def test_the_rank_a_hang_blames_takes_the_category_of_its_own_dump():
-    findings = findings_frame([
-        {"pattern": "HANG002", "category": "COLLECTIVE_TIMEOUT", "role": "initiating", "rank": 2, "file": "console.log",
-         "line": 139, "title": "Rank missing from the collective-timeout crowd", "severity": "error"},
-        {"pattern": "STACK001", "category": "DATA_PIPELINE", "role": "initiating", "rank": 2, "file": "console.log",
-         "line": 132, "title": "Stack dump: the training thread was waiting for a DataLoader batch", "severity": "error"},
-        {"pattern": "HANG002", "category": "COLLECTIVE_TIMEOUT", "role": "initiating", "rank": 5, "file": "console.log",
-         "line": 140, "title": "Rank missing from the collective-timeout crowd", "severity": "error"},
-    ])
+    findings = findings_frame(
+        [
+            {
+                "pattern": "HANG002",
+                "category": "COLLECTIVE_TIMEOUT",
+                "role": "initiating",
+                "rank": 2,
+                "file": "console.log",
+                "line": 139,
+                "title": "Rank missing from the collective-timeout crowd",
+                "severity": "error",
+            },
+            {
+                "pattern": "STACK001",
+                "category": "DATA_PIPELINE",
+                "role": "initiating",
+                "rank": 2,
+                "file": "console.log",
+                "line": 132,
+                "title": "Stack dump: the training thread was waiting for a DataLoader batch",
+                "severity": "error",
+            },
+            {
+                "pattern": "HANG002",
+                "category": "COLLECTIVE_TIMEOUT",
+                "role": "initiating",
+                "rank": 5,
+                "file": "console.log",
+                "line": 140,
+                "title": "Rank missing from the collective-timeout crowd",
+                "severity": "error",
+            },
+        ]
+    )
     explained = what_the_stalled_rank_did(findings).sort("line")
     assert explained["category"].to_list() == ["DATA_PIPELINE", "DATA_PIPELINE", "COLLECTIVE_TIMEOUT"]
     assert "its own stack dump (console.log:132) shows why" in explained["title"][1]
@@ -98,7 +124,10 @@ IN_ALL_REDUCE = [
     'File "/work/torchenv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
     'File "/work/main/fixtures/generate/train.py", line 166 in train',
 ]
-IN_TRAIN = ['File "/work/main/fixtures/generate/train.py", line 158 in train', 'File "/work/main/fixtures/generate/train.py", line 218 in main']
+IN_TRAIN = [
+    'File "/work/main/fixtures/generate/train.py", line 158 in train',
+    'File "/work/main/fixtures/generate/train.py", line 218 in main',
+]
 
 
 def test_the_one_rank_not_waiting_in_a_collective_is_the_odd_one_out(incident):

@@ -13,8 +13,7 @@ from forensics.schema import METRICS, conform
 def _metrics(step_time) -> pl.DataFrame:
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     rows = [
-        {"file": f"rank_{r}.log", "line": s, "rank": r, "step": s, "step_time_s": step_time(r, s),
-         "time": start + dt.timedelta(seconds=s)}
+        {"file": f"rank_{r}.log", "line": s, "rank": r, "step": s, "step_time_s": step_time(r, s), "time": start + dt.timedelta(seconds=s)}
         for r in range(4)
         for s in range(1, 21)
     ]
@@ -39,9 +38,7 @@ def test_single_rank_cannot_straggle():
 
 
 def test_slow_data_loading_is_found_when_synchronized_step_times_are_equal():
-    metrics = _metrics(lambda r, s: 0.13).with_columns(
-        data_time_s=pl.when(pl.col("rank") == 1).then(0.11).otherwise(0.005)
-    )
+    metrics = _metrics(lambda r, s: 0.13).with_columns(data_time_s=pl.when(pl.col("rank") == 1).then(0.11).otherwise(0.005))
     table, findings = find_stragglers(metrics)
     assert table["rank"].to_list() == [1]
     assert "data_time" in table["evidence"][0]

@@ -13,10 +13,7 @@ from forensics.ingest.text import decode, looks_binary, read_bytes, read_head
 from forensics.schema import InputStatus
 
 # A few hundred KB of realistic, compressible log text.
-BODY = b"".join(
-    b"[rank3]:[E1206 18:44:%02d.715298746 ProcessGroupNCCL.cpp:607] [Rank 3] line %d\n" % (i % 60, i)
-    for i in range(8000)
-)
+BODY = b"".join(b"[rank3]:[E1206 18:44:%02d.715298746 ProcessGroupNCCL.cpp:607] [Rank 3] line %d\n" % (i % 60, i) for i in range(8000))
 
 
 def zstd(data: bytes) -> bytes:
@@ -55,9 +52,7 @@ def test_truncated_stream_keeps_what_was_recovered(tmp_path, compress):
     assert BODY.startswith(payload.data)
 
 
-@pytest.mark.parametrize(
-    "raw", [b"\x1f\x8b" + os.urandom(2000), b"\x28\xb5\x2f\xfd" + os.urandom(2000)], ids=["gzip", "zstd"]
-)
+@pytest.mark.parametrize("raw", [b"\x1f\x8b" + os.urandom(2000), b"\x28\xb5\x2f\xfd" + os.urandom(2000)], ids=["gzip", "zstd"])
 def test_corrupt_stream_is_a_problem_not_an_exception(tmp_path, raw):
     (tmp_path / "bad").write_bytes(raw)
     payload = read_bytes(tmp_path / "bad")

@@ -24,29 +24,39 @@ def utc(*parts: int) -> datetime:
         # Python logging asctime (comma milliseconds)
         ("2024-05-08 08:47:31,877 - INFO - step 1", utc(2024, 5, 8, 8, 47, 31, 877000)),
         # NCCL >= 2.26 WARN timestamp
-        ("[2026-03-03 12:11:38] tpgds-aihub0007:185303:186751 [1] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion",
-         utc(2026, 3, 3, 12, 11, 38)),
+        (
+            "[2026-03-03 12:11:38] tpgds-aihub0007:185303:186751 [1] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion",
+            utc(2026, 3, 3, 12, 11, 38),
+        ),
         # ISO with microseconds after a comma and an explicit offset
         ("2024-04-29T14:55:41,679700+02:00 node kernel: x", utc(2024, 4, 29, 12, 55, 41, 679700)),
         ("2024-05-08T08:47:31Z zulu", utc(2024, 5, 8, 8, 47, 31)),
         ("2024-05-08T08:47:31-0530 west", utc(2024, 5, 8, 14, 17, 31)),
         # Talos-style kmsg with nanoseconds: truncated to microseconds
-        ("192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: NVRM: Xid (PCI:0000:0b:00): 154",
-         utc(2026, 4, 22, 21, 30, 51, 870495)),
+        (
+            "192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: NVRM: Xid (PCI:0000:0b:00): 154",
+            utc(2026, 4, 22, 21, 30, 51, 870495),
+        ),
         # nvidia-smi --query-gpu CSV
         ("2024/01/05 10:11:12.345, NVIDIA H100 80GB HBM3, 00000000:00:09.0", utc(2024, 1, 5, 10, 11, 12, 345000)),
         # torchrun/glog with 6-digit microseconds: year from the default
-        ("[W0709 17:05:39.816000 140 torch/distributed/elastic/agent/server/api.py:704] Received Signals.SIGTERM",
-         utc(2025, 7, 9, 17, 5, 39, 816000)),
+        (
+            "[W0709 17:05:39.816000 140 torch/distributed/elastic/agent/server/api.py:704] Received Signals.SIGTERM",
+            utc(2025, 7, 9, 17, 5, 39, 816000),
+        ),
         # c10 with a 9-digit monotonic fraction: second precision only; month not zero-padded (E709 = Jul 9)
-        ("[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
-         utc(2025, 7, 9, 17, 5, 38)),
+        (
+            "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
+            utc(2025, 7, 9, 17, 5, 38),
+        ),
         ("[rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog", utc(2025, 12, 6, 18, 44, 12)),
         # dmesg -T ctime
         ("[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>'", utc(2024, 8, 30, 11, 43, 9)),
         # OpenMPI --timestamp-output glued to the tag
-        ("Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure",
-         utc(2023, 8, 11, 12, 31, 45)),
+        (
+            "Fri Aug 11 12:31:45 2023[1,0]<stdout>:tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure",
+            utc(2023, 8, 11, 12, 31, 45),
+        ),
         # syslog without a year
         ("May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.", utc(2025, 5, 18, 19, 2, 39)),
         # Megatron's bracketed time

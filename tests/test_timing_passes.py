@@ -21,14 +21,23 @@ def _run(stall_every: int | None, steps: int = 200, logged_step_time: bool = Tru
             seconds = 9.0
             events.append(now)
         now += dt.timedelta(seconds=seconds)
-        rows.append({"file": "rank_0.log", "line": step, "rank": 0, "time": now, "step": step,
-                     "step_time_s": seconds if logged_step_time else None})
+        rows.append(
+            {"file": "rank_0.log", "line": step, "rank": 0, "time": now, "step": step, "step_time_s": seconds if logged_step_time else None}
+        )
     metrics = conform(pl.DataFrame(rows), METRICS)
     findings = conform(
-        pl.DataFrame({"pattern": ["EVT"] * len(events), "title": ["checkpoint save"] * len(events),
-                      "category": ["CHECKPOINT_IO"] * len(events), "severity": ["info"] * len(events),
-                      "role": ["event"] * len(events), "time": events, "file": ["rank_0.log"] * len(events),
-                      "line": list(range(len(events)))}),
+        pl.DataFrame(
+            {
+                "pattern": ["EVT"] * len(events),
+                "title": ["checkpoint save"] * len(events),
+                "category": ["CHECKPOINT_IO"] * len(events),
+                "severity": ["info"] * len(events),
+                "role": ["event"] * len(events),
+                "time": events,
+                "file": ["rank_0.log"] * len(events),
+                "line": list(range(len(events))),
+            }
+        ),
         FINDINGS,
     )
     return metrics, findings

@@ -29,13 +29,24 @@ CORPUS = SHARED / "corpus" / "traces"
 EXPECTED = json.loads((REPO / "tests" / "data" / "hta_expected.json").read_text())["sets"]
 
 CONTRACT_KEYS = [
-    "rank", "kernel_time_us", "idle_time_us", "compute_time_us", "non_compute_time_us",
-    "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg", "comp_comm_overlap_pctg",
+    "rank",
+    "kernel_time_us",
+    "idle_time_us",
+    "compute_time_us",
+    "non_compute_time_us",
+    "idle_time_pctg",
+    "compute_time_pctg",
+    "non_compute_time_pctg",
+    "comp_comm_overlap_pctg",
 ]
 HTA_KEYS = {
-    "kernel_time(us)": "kernel_time_us", "idle_time(us)": "idle_time_us", "compute_time(us)": "compute_time_us",
-    "non_compute_time(us)": "non_compute_time_us", "idle_time_pctg": "idle_time_pctg",
-    "compute_time_pctg": "compute_time_pctg", "non_compute_time_pctg": "non_compute_time_pctg",
+    "kernel_time(us)": "kernel_time_us",
+    "idle_time(us)": "idle_time_us",
+    "compute_time(us)": "compute_time_us",
+    "non_compute_time(us)": "non_compute_time_us",
+    "idle_time_pctg": "idle_time_pctg",
+    "compute_time_pctg": "compute_time_pctg",
+    "non_compute_time_pctg": "non_compute_time_pctg",
     "comp_comm_overlap_pctg": "comp_comm_overlap_pctg",
 }
 
@@ -116,8 +127,13 @@ def test_ints_beyond_int64_become_null_and_rank_falls_back_to_file_name():
 
 @pytest.mark.parametrize(
     ("name", "rank"),
-    [("rank-3.json.gz", 3), ("rank3_trace.json", 3), ("worker12.1623143089861.pt.trace.json.gz", 12),
-     ("host_1234.1700000000.pt.trace.json", None), ("trace.json", None)],
+    [
+        ("rank-3.json.gz", 3),
+        ("rank3_trace.json", 3),
+        ("worker12.1623143089861.pt.trace.json.gz", 12),
+        ("host_1234.1700000000.pt.trace.json", None),
+        ("trace.json", None),
+    ],
 )
 def test_rank_from_name(name, rank):
     assert rank_from_name(Path(name)) == rank
@@ -165,11 +181,26 @@ def test_no_gpu_events_gives_zeros_and_none_not_an_error():
 
 def test_nccl_dev_kernels_count_as_communication(tmp_path):
     events = [
-        {"ph": "X", "cat": "kernel",
-         "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-         "pid": 0, "tid": 7, "ts": 0, "dur": 100, "args": {"stream": 7, "correlation": 1}},
-        {"ph": "X", "cat": "kernel", "name": "void gemm_kernel()", "pid": 0, "tid": 8, "ts": 50, "dur": 100,
-         "args": {"stream": 8, "correlation": 2}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 0,
+            "dur": 100,
+            "args": {"stream": 7, "correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "void gemm_kernel()",
+            "pid": 0,
+            "tid": 8,
+            "ts": 50,
+            "dur": 100,
+            "args": {"stream": 8, "correlation": 2},
+        },
     ]
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events}))
@@ -267,8 +298,9 @@ def test_file_statuses_for_the_incident():
 def test_odd_metadata_types_do_not_lose_the_rank(tmp_path):
     path = tmp_path / "trace.json"
     event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"stream": 7}}
-    path.write_text(json.dumps({"distributedInfo": {"rank": "2", "pg_config": "weird"},
-                                "baseTimeNanoseconds": 1.7e18, "traceEvents": [event]}))
+    path.write_text(
+        json.dumps({"distributedInfo": {"rank": "2", "pg_config": "weird"}, "baseTimeNanoseconds": 1.7e18, "traceEvents": [event]})
+    )
     trace = load_trace(path)
     assert (trace.rank, trace.pg_config, trace.base_time_ns, trace.status) == (2, [], 1700000000000000000, "parsed")
 
@@ -279,8 +311,9 @@ def test_chunked_decoding_equals_whole_file_decoding(tmp_path, monkeypatch):
     for i in range(200):
         name = f"void k{i}<{{lambda()#1}}, {{lambda()#2}}>()" if i % 3 else f"op}}, {{{i}"
         args = {"stream": 7, "correlation": i, "nested": [{"a": i}, {"b": i}]} if i % 2 else {"External id": i}
-        events.append({"ph": "X", "cat": "kernel" if i % 2 else "cpu_op", "name": name, "pid": 0, "tid": 7,
-                       "ts": 10 * i, "dur": 5, "args": args})
+        events.append(
+            {"ph": "X", "cat": "kernel" if i % 2 else "cpu_op", "name": name, "pid": 0, "tid": 7, "ts": 10 * i, "dur": 5, "args": args}
+        )
     path = tmp_path / "rank4.json"
     path.write_text(json.dumps({"distributedInfo": {"rank": 4}, "traceEvents": events, "traceName": "x"}, indent=2))
     whole = load_trace(path)

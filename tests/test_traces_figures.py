@@ -24,8 +24,8 @@ def test_breakdown_bars_and_skew_heatmap(tmp_path):
 
 
 def test_figures_with_nothing_to_draw(tmp_path):
-    empty_breakdown = pl.DataFrame({"rank": [3], "kernel_time_us": [0], "idle_time_us": [0], "compute_time_us": [0],
-                                    "non_compute_time_us": [0]})
+    empty_breakdown = pl.DataFrame(
+        {"rank": [3], "kernel_time_us": [0], "idle_time_us": [0], "compute_time_us": [0], "non_compute_time_us": [0]}
+    )
     assert breakdown_bars(empty_breakdown, tmp_path).read_bytes()[:8] == PNG
-    assert skew_heatmap(pl.DataFrame(schema={"rank": pl.Int32, "collective": pl.UInt32,
-                                             "arrival_lag_us": pl.Int64}), tmp_path) is None
+    assert skew_heatmap(pl.DataFrame(schema={"rank": pl.Int32, "collective": pl.UInt32, "arrival_lag_us": pl.Int64}), tmp_path) is None

@@ -8,9 +8,9 @@ import polars as pl
 
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.cross_rank import rank_table
+from forensics.passes.health import health_proofs
 from forensics.passes.templates import unmatched_error_templates
 from forensics.schema import LINES, Category, conform
-from forensics.passes.health import health_proofs
 from forensics.verdict import decide
 from tests.conftest import findings_frame
 
@@ -21,8 +21,17 @@ WATCHDOG = "[rank{r}]:[E101 10:10:00.715298746 ProcessGroupNCCL.cpp:607] [Rank {
 
 def finding(pattern, category, role, file, line, rank, time, text, severity="critical", host=None):
     return {
-        "pattern": pattern, "title": pattern, "category": category, "severity": severity, "role": role,
-        "file": file, "line": line, "rank": rank, "host": host, "time": time, "text": text,
+        "pattern": pattern,
+        "title": pattern,
+        "category": category,
+        "severity": severity,
+        "role": role,
+        "file": file,
+        "line": line,
+        "rank": rank,
+        "host": host,
+        "time": time,
+        "text": text,
     }
 
 
@@ -47,8 +56,19 @@ def verdict_of(rows: list[dict], lines: pl.DataFrame | None = None):
 def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
     oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=10), OOM)
     crowd = [
-        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 200, r, T0 + timedelta(seconds=610), WATCHDOG.format(r=r), severity="error")
-        for r in range(64) if r != 5
+        finding(
+            "NCCL_WD",
+            "COLLECTIVE_TIMEOUT",
+            "cascade",
+            f"rank_{r}.log",
+            200,
+            r,
+            T0 + timedelta(seconds=610),
+            WATCHDOG.format(r=r),
+            severity="error",
+        )
+        for r in range(64)
+        if r != 5
     ]
     v = verdict_of([oom, *crowd])
     assert v.category == Category.CUDA_OOM
@@ -63,22 +83,46 @@ def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
 def test_the_crowd_does_not_win_by_numbers_even_when_earlier():
     oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=30), OOM)
     crowd = [
-        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 200, r, T0 + timedelta(seconds=1), WATCHDOG.format(r=r), severity="critical")
-        for r in range(1024) if r != 5
+        finding(
+            "NCCL_WD",
+            "COLLECTIVE_TIMEOUT",
+            "cascade",
+            f"rank_{r}.log",
+            200,
+            r,
+            T0 + timedelta(seconds=1),
+            WATCHDOG.format(r=r),
+            severity="critical",
+        )
+        for r in range(1024)
+        if r != 5
     ]
     assert verdict_of([oom, *crowd]).category == Category.CUDA_OOM
 
 
 def test_xid_seconds_before_a_network_error_is_hardware():
     xid = finding(
-        "XID079", "HARDWARE", "initiating", "node3/dmesg.log", 40, None, T0 + timedelta(seconds=100),
+        "XID079",
+        "HARDWARE",
+        "initiating",
+        "node3/dmesg.log",
+        40,
+        None,
+        T0 + timedelta(seconds=100),
         "[Fri Jan  1 10:01:40 2026] NVRM: Xid (PCI:0000:2b:00): 79, pid=1797828, name=pt_main_thread, GPU has fallen off the bus.",
         host="node3",
     )
     ib = finding(
-        "NCCL_IB", "NETWORK", "initiating", "rank_2.log", 70, 2, T0 + timedelta(seconds=103),
+        "NCCL_IB",
+        "NETWORK",
+        "initiating",
+        "rank_2.log",
+        70,
+        2,
+        T0 + timedelta(seconds=103),
         "node3:185303:186751 [2] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer 10.99.91.63<51161> with status=12",
-        severity="error", host="node3",
+        severity="error",
+        host="node3",
     )
     v = verdict_of([xid, ib])
     assert v.category == Category.HARDWARE
@@ -88,12 +132,24 @@ def test_xid_seconds_before_a_network_error_is_hardware():
 
 def test_host_oom_explains_the_sigkill():
     killer = finding(
-        "HOSTOOM001", "HOST_OOM", "initiating", "node1/kern.log", 12, None, T0 + timedelta(seconds=50),
+        "HOSTOOM001",
+        "HOST_OOM",
+        "initiating",
+        "node1/kern.log",
+        12,
+        None,
+        T0 + timedelta(seconds=50),
         "Jan  1 10:00:50 node1 kernel: Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:87654321kB",
         host="node1",
     )
     sigkill = finding(
-        "TORCHRUN_SIG9", "PROCESS_KILLED", "symptom", "console.log", 300, 3, T0 + timedelta(seconds=52),
+        "TORCHRUN_SIG9",
+        "PROCESS_KILLED",
+        "symptom",
+        "console.log",
+        300,
+        3,
+        T0 + timedelta(seconds=52),
         "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python",
         severity="error",
     )
@@ -104,7 +160,17 @@ def test_host_oom_explains_the_sigkill():
 
 def test_only_cascades_is_a_collective_timeout_without_culprit():
     crowd = [
-        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 9, r, T0 + timedelta(seconds=600), WATCHDOG.format(r=r), severity="error")
+        finding(
+            "NCCL_WD",
+            "COLLECTIVE_TIMEOUT",
+            "cascade",
+            f"rank_{r}.log",
+            9,
+            r,
+            T0 + timedelta(seconds=600),
+            WATCHDOG.format(r=r),
+            severity="error",
+        )
         for r in range(8)
     ]
     v = verdict_of(crowd)
@@ -115,7 +181,9 @@ def test_only_cascades_is_a_collective_timeout_without_culprit():
 
 def test_nothing_is_no_failure():
     lines = conform(
-        pl.DataFrame({"file": "rank_0.log", "line": [1, 2, 3], "rank": 0, "text": ["step 1 | loss 3.5", "step 2 | loss 3.4", "step 3 | loss 3.3"]}),
+        pl.DataFrame(
+            {"file": "rank_0.log", "line": [1, 2, 3], "rank": 0, "text": ["step 1 | loss 3.5", "step 2 | loss 3.4", "step 3 | loss 3.3"]}
+        ),
         LINES,
     )
     v = verdict_of([], lines)
@@ -134,7 +202,17 @@ def test_events_and_info_findings_are_not_failures_nor_proof_of_health():
 
 
 def test_a_completion_line_is_proof_of_health():
-    done = finding("OK001", "NO_FAILURE", "event", "rank_0.log", 9, 0, T0, "[default0]:2026-11-21 19:59:31,420 INFO [rank0] training finished after 30 steps", severity="info")
+    done = finding(
+        "OK001",
+        "NO_FAILURE",
+        "event",
+        "rank_0.log",
+        9,
+        0,
+        T0,
+        "[default0]:2026-11-21 19:59:31,420 INFO [rank0] training finished after 30 steps",
+        severity="info",
+    )
     v = verdict_of([done])
     assert (v.category, v.state) == (Category.NO_FAILURE, "healthy")
     assert "completion" in v.summary
@@ -154,7 +232,11 @@ def test_unmatched_error_only_is_unknown_and_cites_it():
                 "file": "rank_1.log",
                 "line": [1, 2, 3],
                 "rank": 1,
-                "text": ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "x.py", line 3', "[rank1]: ZeroDivisionError: division by zero"],
+                "text": [
+                    "[rank1]: Traceback (most recent call last):",
+                    '[rank1]:   File "x.py", line 3',
+                    "[rank1]: ZeroDivisionError: division by zero",
+                ],
             }
         ),
         LINES,
@@ -169,10 +251,26 @@ def test_untimed_lines_are_ordered_by_the_previous_time_in_their_stream():
     # rank_0.log: 10:00:00 then an untimed DataLoader error; rank_1.log: a CUDA error at 10:00:30.
     # The untimed error happened after 10:00:00, so it is the earlier failure, though CUDA_ERROR
     # is the more specific category.
-    loader = finding("DATA001", "DATA_PIPELINE", "initiating", "rank_0.log", 5, 0, None,
-                     "[rank0]: RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.")
-    cuda = finding("CUDA001", "CUDA_ERROR", "initiating", "rank_1.log", 5, 1, T0 + timedelta(seconds=30),
-                   "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    loader = finding(
+        "DATA001",
+        "DATA_PIPELINE",
+        "initiating",
+        "rank_0.log",
+        5,
+        0,
+        None,
+        "[rank0]: RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.",
+    )
+    cuda = finding(
+        "CUDA001",
+        "CUDA_ERROR",
+        "initiating",
+        "rank_1.log",
+        5,
+        1,
+        T0 + timedelta(seconds=30),
+        "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    )
     v = verdict_of([loader, cuda])
     assert v.category == Category.DATA_PIPELINE
     assert v.culprit_ranks == [0]
@@ -180,10 +278,26 @@ def test_untimed_lines_are_ordered_by_the_previous_time_in_their_stream():
 
 def test_the_previous_time_comes_from_the_same_rank_not_the_same_file():
     # One console: rank 1 logs at 10:09, then rank 0's untimed error; rank 0 last spoke at 10:00.
-    loader = finding("DATA001", "DATA_PIPELINE", "initiating", "console.log", 5, 0, None,
-                     "[rank0]: RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.")
-    cuda = finding("CUDA001", "CUDA_ERROR", "initiating", "rank_2.log", 5, 2, T0 + timedelta(seconds=30),
-                   "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    loader = finding(
+        "DATA001",
+        "DATA_PIPELINE",
+        "initiating",
+        "console.log",
+        5,
+        0,
+        None,
+        "[rank0]: RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error.",
+    )
+    cuda = finding(
+        "CUDA001",
+        "CUDA_ERROR",
+        "initiating",
+        "rank_2.log",
+        5,
+        2,
+        T0 + timedelta(seconds=30),
+        "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    )
     rank1_late = {"file": "console.log", "line": 4, "rank": 1, "time": T0 + timedelta(minutes=9), "text": "[rank1]: late"}
     v = verdict_of([loader, cuda], lines_for([loader, cuda], extra=[rank1_late]))
     assert v.category == Category.DATA_PIPELINE
@@ -205,22 +319,49 @@ def test_one_rank_of_four_failing_first_hand_is_the_culprit():
 
 def test_a_known_cause_outranks_the_bare_exits_it_explains():
     """srun's exit lines say that tasks failed, not why; the time-limit line says why, even when printed later."""
-    exit_line = finding("SLURM007", "UNKNOWN", "symptom", "slurm.out", 10, None, T0, "srun: error: node17: task 0: Exited with exit code 1", "error")
-    limit = finding("SLURM001", "PROCESS_KILLED", "initiating", "slurm.out", 12, None, T0 + timedelta(seconds=300),
-                    "slurmstepd: error: *** JOB 12345 ON node17 CANCELLED AT 2024-05-08T10:00:00 DUE TO TIME LIMIT ***")
+    exit_line = finding(
+        "SLURM007", "UNKNOWN", "symptom", "slurm.out", 10, None, T0, "srun: error: node17: task 0: Exited with exit code 1", "error"
+    )
+    limit = finding(
+        "SLURM001",
+        "PROCESS_KILLED",
+        "initiating",
+        "slurm.out",
+        12,
+        None,
+        T0 + timedelta(seconds=300),
+        "slurmstepd: error: *** JOB 12345 ON node17 CANCELLED AT 2024-05-08T10:00:00 DUE TO TIME LIMIT ***",
+    )
     assert verdict_of([exit_line, limit]).category == "PROCESS_KILLED"
 
 
 def test_a_cut_traceback_yields_even_to_cascade_evidence():
     cut = finding("EXC002", "UNKNOWN", "symptom", "rank_2.log", 14, 2, T0, "[rank2]:              ^^^^^^^^^^^^^^^^", "error")
-    remote = finding("DIST017", "NETWORK", "cascade", "rank_3.log", 5, 3, T0,
-                     "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote process exited or there was a network error", "error")
+    remote = finding(
+        "DIST017",
+        "NETWORK",
+        "cascade",
+        "rank_3.log",
+        5,
+        3,
+        T0,
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote process exited or there was a network error",
+        "error",
+    )
     assert verdict_of([cut, remote]).category == "NETWORK"
 
 
 def test_a_sticky_cuda_error_ends_the_process_without_an_exception_line():
-    cuda = finding("CUDA010", "CUDA_ERROR", "initiating", "rank_1.log", 3, 1, T0,
-                   "n122-164-108:7400:7642 [1] include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'")
+    cuda = finding(
+        "CUDA010",
+        "CUDA_ERROR",
+        "initiating",
+        "rank_1.log",
+        3,
+        1,
+        T0,
+        "n122-164-108:7400:7642 [1] include/alloc.h:125 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",
+    )
     assert verdict_of([cuda]).state == "crashed"
 
 

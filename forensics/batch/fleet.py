@@ -15,10 +15,20 @@ from forensics.batch.run import INDEX_COLUMNS
 from forensics.report.markup import cell, code, table
 
 INDEX_SCHEMA = {
-    "id": pl.String, "path": pl.String, "category": pl.String, "state": pl.String, "confidence": pl.Float64,
-    "summary": pl.String, "culprit_ranks": pl.List(pl.Int64), "culprit_hosts": pl.List(pl.String),
-    "world_size": pl.Int64, "start": pl.String, "end": pl.String, "first_failure_file": pl.String,
-    "first_failure_line": pl.Int64, "error": pl.String,
+    "id": pl.String,
+    "path": pl.String,
+    "category": pl.String,
+    "state": pl.String,
+    "confidence": pl.Float64,
+    "summary": pl.String,
+    "culprit_ranks": pl.List(pl.Int64),
+    "culprit_hosts": pl.List(pl.String),
+    "world_size": pl.Int64,
+    "start": pl.String,
+    "end": pl.String,
+    "first_failure_file": pl.String,
+    "first_failure_line": pl.Int64,
+    "error": pl.String,
 }
 
 
@@ -29,15 +39,24 @@ def index_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 def render_fleet(index: pl.DataFrame) -> str:
     analyzed = index.filter(pl.col("error").is_null())
-    out = ["# Fleet summary", "", f"{index.height} incidents, {analyzed.height} analyzed, {index.height - analyzed.height} failed to analyze.", ""]
+    out = [
+        "# Fleet summary",
+        "",
+        f"{index.height} incidents, {analyzed.height} analyzed, {index.height - analyzed.height} failed to analyze.",
+        "",
+    ]
     if not analyzed.is_empty():
         by_category = analyzed.group_by("category").len().sort(["len", "category"], descending=[True, False])
         rows = [(code(c), str(n), f"{100 * n / analyzed.height:.0f}%") for c, n in by_category.iter_rows()]
         out += ["## What fails most", "", table(["category", "incidents", "share"], rows), ""]
         hosts = (
-            analyzed.select("id", "category", host=pl.col("culprit_hosts")).explode("host").drop_nulls("host")
-            .group_by("host").agg(incidents=pl.len(), categories=pl.col("category").unique().sort(), ids=pl.col("id").sort())
-            .filter(pl.col("incidents") >= 2).sort(["incidents", "host"], descending=[True, False])
+            analyzed.select("id", "category", host=pl.col("culprit_hosts"))
+            .explode("host")
+            .drop_nulls("host")
+            .group_by("host")
+            .agg(incidents=pl.len(), categories=pl.col("category").unique().sort(), ids=pl.col("id").sort())
+            .filter(pl.col("incidents") >= 2)
+            .sort(["incidents", "host"], descending=[True, False])
         )
         if not hosts.is_empty():
             rows = [(cell(h), str(n), cell(", ".join(c)), cell(", ".join(i[:5]))) for h, n, c, i in hosts.iter_rows()]

@@ -18,8 +18,20 @@ from pathlib import Path
 from typing import Any
 
 INDEX_COLUMNS = (
-    "id", "path", "category", "state", "confidence", "summary", "culprit_ranks", "culprit_hosts",
-    "world_size", "start", "end", "first_failure_file", "first_failure_line", "error",
+    "id",
+    "path",
+    "category",
+    "state",
+    "confidence",
+    "summary",
+    "culprit_ranks",
+    "culprit_hosts",
+    "world_size",
+    "start",
+    "end",
+    "first_failure_file",
+    "first_failure_line",
+    "error",
 )
 
 
@@ -55,27 +67,34 @@ def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = ()) 
 
 def run_job(job: Job) -> dict[str, Any]:
     """Analyze one incident and write its report; always returns an index row."""
-    from forensics.flow import analyze
     from forensics.catalog import load_full
-    from forensics.report.verdict_json import verdict_document
+    from forensics.flow import analyze
     from forensics.output import write_report
+    from forensics.report.verdict_json import verdict_document
 
     row: dict[str, Any] = {column: None for column in INDEX_COLUMNS}
     row.update(id=job.incident_id, path=str(job.path))
     try:
         analysis = analyze(job.path, load_full(job.pattern_dirs))
         write_report(analysis, job.out / job.incident_id)
-    except Exception as exc:  # one bad incident must not end a thousand-incident batch
+    except Exception as exc:  # noqa: BLE001  one bad incident must not end a thousand-incident batch
         row["error"] = f"{type(exc).__name__}: {exc}"
         return row
     document = verdict_document(analysis)
     verdict, incident = document["verdict"], document["incident"]
     first = verdict["first_failure"] or {}
     row.update(
-        category=verdict["category"], state=verdict["state"], confidence=verdict["confidence"],
-        summary=verdict["summary"], culprit_ranks=verdict["culprit_ranks"], culprit_hosts=verdict["culprit_hosts"],
-        world_size=incident["world_size"], start=incident["start"], end=incident["end"],
-        first_failure_file=first.get("file"), first_failure_line=first.get("line"),
+        category=verdict["category"],
+        state=verdict["state"],
+        confidence=verdict["confidence"],
+        summary=verdict["summary"],
+        culprit_ranks=verdict["culprit_ranks"],
+        culprit_hosts=verdict["culprit_hosts"],
+        world_size=incident["world_size"],
+        start=incident["start"],
+        end=incident["end"],
+        first_failure_file=first.get("file"),
+        first_failure_line=first.get("line"),
     )
     return row
 

@@ -35,9 +35,7 @@ def _possible(candidates: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pat
 
 def match_pattern(candidates: pl.DataFrame, pattern: Pattern) -> pl.DataFrame:
     """Rows of `candidates` matched by `pattern`, as findings (captures as JSON)."""
-    has_literal = pl.any_horizontal(
-        [pl.col("text").str.contains(lit, literal=True) for lit in pattern.literals]
-    )
+    has_literal = pl.any_horizontal([pl.col("text").str.contains(lit, literal=True) for lit in pattern.literals])
     hits = candidates.filter(has_literal).filter(pl.col("text").str.contains(pattern.regex))
     if hits.is_empty():
         return empty(FINDINGS)

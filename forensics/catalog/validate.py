@@ -35,7 +35,7 @@ class Problem:
 def _compiles(regex: str) -> str | None:
     try:
         pl.Series([""]).str.contains(regex)
-    except Exception as exc:  # Polars raises ComputeError with the engine's message
+    except Exception as exc:  # noqa: BLE001  Polars raises ComputeError with the engine's message
         return str(exc).splitlines()[0]
     return None
 
@@ -80,9 +80,7 @@ def example_results(patterns: Sequence[Pattern]) -> list[Problem]:
         for kind, examples in (("match", pattern.match_examples), ("no_match", pattern.no_match_examples)):
             if not examples:
                 continue
-            lines = pl.DataFrame(
-                {"file": ["example"] * len(examples), "line": list(range(1, len(examples) + 1)), "text": list(examples)}
-            )
+            lines = pl.DataFrame({"file": ["example"] * len(examples), "line": list(range(1, len(examples) + 1)), "text": list(examples)})
             hit_lines = set(match_catalog(lines, [pattern])["line"].to_list())
             for index, example in enumerate(examples, start=1):
                 matched = index in hit_lines

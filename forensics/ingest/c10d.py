@@ -102,7 +102,10 @@ def _kind(text: pl.Expr) -> pl.Expr:
         ("heartbeat_stuck", r"watchdog got stuck for|Heartbeat monitor timed out"),
         ("dump_signal", r"Received a dump signal|flight recorder dump signal from another rank"),
         ("stall_report", r"\[missing ranks: \d"),
-        ("desync_report", r"Timeout at collective: |lagging ranks|joined but didn't finish|didn't join collective|started ranks:|finished ranks:|\] (?:started|finished) \w+\s*$"),
+        (
+            "desync_report",
+            r"Timeout at collective: |lagging ranks|joined but didn't finish|didn't join collective|started ranks:|finished ranks:|\] (?:started|finished) \w+\s*$",
+        ),
         ("gloo_timeout", r"(?i:gloo).*Timed out waiting \d+ ?ms"),
         ("remote_error", r"remote error detected from rank"),
         ("nccl_error", r"raised the following async exception|NCCL error in:"),
@@ -129,9 +132,7 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
     if lines.is_empty():
         return empty(COLLECTIVES)
     text = pl.col("text")
-    cand = lines.lazy().filter(text.str.contains(_CANDIDATE)).with_columns(kind=_kind(text)).filter(
-        pl.col("kind").is_not_null()
-    )
+    cand = lines.lazy().filter(text.str.contains(_CANDIDATE)).with_columns(kind=_kind(text)).filter(pl.col("kind").is_not_null())
     # Desync-report continuation lines carry no rank prefix: inherit the block's rank.
     cand = cand.with_columns(
         rank=pl.coalesce(
@@ -185,7 +186,12 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
             work.struct.field("seq"),
             progress.struct.field("seq"),
         ).cast(pl.Int64, strict=False),
-        op_type=pl.coalesce(work.struct.field("op"), text.str.extract(r"Timeout at collective: (\w+)"), text.str.extract(r"(\S+) \[missing ranks: "), text.str.extract(r"\] (?:started|finished) (\w+)\s*$")),
+        op_type=pl.coalesce(
+            work.struct.field("op"),
+            text.str.extract(r"Timeout at collective: (\w+)"),
+            text.str.extract(r"(\S+) \[missing ranks: "),
+            text.str.extract(r"\] (?:started|finished) (\w+)\s*$"),
+        ),
         numel_in=work.struct.field("nin").cast(pl.Int64, strict=False),
         numel_out=work.struct.field("nout").cast(pl.Int64, strict=False),
         timeout_ms=pl.coalesce(work.struct.field("timeout"), text.str.extract(r"Timed out waiting (\d+) ?ms")).cast(pl.Int64, strict=False),
@@ -210,9 +216,9 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
     frame = pl.concat([conform(out.sort("file", "line").collect(), COLLECTIVES), _horovod_missing_ranks(lines)]).sort("file", "line")
     dedupe_key = ["kind", "rank", "pg_guid", "seq"]
     repeated = pl.col("kind").is_in(["watchdog_timeout", "watchdog_terminated", "blocking_wait_timeout"])
-    return pl.concat(
-        [frame.filter(repeated).unique(dedupe_key, keep="first", maintain_order=True), frame.filter(~repeated)]
-    ).sort("file", "line")
+    return pl.concat([frame.filter(repeated).unique(dedupe_key, keep="first", maintain_order=True), frame.filter(~repeated)]).sort(
+        "file", "line"
+    )
 
 
 _HOROVOD_HEADER = r"Missing ranks:\s*$"

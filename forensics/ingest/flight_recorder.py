@@ -184,9 +184,7 @@ def entries_frame(dump: dict, file: str, rank: int | None) -> pl.DataFrame:
         pl.col("frames")
         .list.first()
         .struct.with_fields(
-            (
-                pl.field("name") + pl.lit(" at ") + pl.field("filename") + pl.lit(":") + pl.field("line").cast(pl.String)
-            ).alias("text")
+            (pl.field("name") + pl.lit(" at ") + pl.field("filename") + pl.lit(":") + pl.field("line").cast(pl.String)).alias("text")
         )
         .struct.field("text")
         .alias("stack"),
@@ -246,4 +244,3 @@ def load_flight_recorder(root: Path, paths: list[str]) -> SourceResult:
         "fr_pg_status": pl.concat(status_rows) if status_rows else empty(FR_PG_STATUS),
     }
     return SourceResult(tables=tables, statuses=statuses)
-

@@ -85,9 +85,18 @@ REASONS = ("hw_slowdown", "hw_thermal", "sw_thermal", "sw_power_cap", "power_bra
 # nvmlClocksEventReason* bits, as printed in clocks_event_reasons.active
 REASON_BITS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "power_brake": 0x80}
 NULL_TOKENS = [
-    "N/A", "[N/A]", "[Not Supported]", "Not Supported", "Requested functionality has been deprecated",
-    "[Requested functionality has been deprecated]", "Unknown Error", "[Unknown Error]", "[GPU requires reset]",
-    "GPU requires reset", "-", "",
+    "N/A",
+    "[N/A]",
+    "[Not Supported]",
+    "Not Supported",
+    "Requested functionality has been deprecated",
+    "[Requested functionality has been deprecated]",
+    "Unknown Error",
+    "[Unknown Error]",
+    "[GPU requires reset]",
+    "GPU requires reset",
+    "-",
+    "",
 ]
 ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 NUMBER = r"^\s*(-?\d+(?:\.\d+)?)"
@@ -107,16 +116,24 @@ def pci_bus_id(expr: pl.Expr) -> pl.Expr:
     s = expr.str.strip_chars().str.to_lowercase().str.replace(r"^pci:", "")
     parts = s.str.extract_groups(r"^(?:(?P<dom>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})(?:\.(?P<fn>[0-7]))?$")
     colon = pl.concat_str(
-        parts.struct.field("dom").fill_null("0").str.pad_start(8, "0"), pl.lit(":"),
-        parts.struct.field("bus").str.pad_start(2, "0"), pl.lit(":"),
-        parts.struct.field("dev").str.pad_start(2, "0"), pl.lit("."),
+        parts.struct.field("dom").fill_null("0").str.pad_start(8, "0"),
+        pl.lit(":"),
+        parts.struct.field("bus").str.pad_start(2, "0"),
+        pl.lit(":"),
+        parts.struct.field("dev").str.pad_start(2, "0"),
+        pl.lit("."),
         parts.struct.field("fn").fill_null("0"),
     )
     digits = pl.when(s.str.contains(r"^[0-9a-f]{1,13}$")).then(s.str.pad_start(9, "0"))
     nccl = pl.when(digits.str.len_chars() <= 13).then(
         pl.concat_str(
-            digits.str.head(-5).str.pad_start(8, "0"), pl.lit(":"), digits.str.slice(-5, 2), pl.lit(":"),
-            digits.str.slice(-3, 2), pl.lit("."), digits.str.tail(1),
+            digits.str.head(-5).str.pad_start(8, "0"),
+            pl.lit(":"),
+            digits.str.slice(-5, 2),
+            pl.lit(":"),
+            digits.str.slice(-3, 2),
+            pl.lit("."),
+            digits.str.tail(1),
         )
     )
     return pl.coalesce(colon, nccl).str.to_uppercase()
@@ -233,8 +250,11 @@ def _q_fields() -> dict[str, str]:
         "remapped rows/remapping failure occurred": "remapped_rows_failure",
     }
     reason_keys = {
-        "hw slowdown": "hw_slowdown", "hw thermal slowdown": "hw_thermal", "sw thermal slowdown": "sw_thermal",
-        "sw power cap": "sw_power_cap", "hw power brake slowdown": "power_brake",
+        "hw slowdown": "hw_slowdown",
+        "hw thermal slowdown": "hw_thermal",
+        "sw thermal slowdown": "sw_thermal",
+        "sw power cap": "sw_power_cap",
+        "hw power brake slowdown": "power_brake",
     }
     for section in ("clocks event reasons", "clocks throttle reasons"):
         for key, reason in reason_keys.items():
@@ -242,8 +262,13 @@ def _q_fields() -> dict[str, str]:
     for scope in ("volatile", "aggregate"):
         for key in ("sram correctable", "dram correctable", "single bit/total"):
             fields[f"ecc errors/{scope}/{key}"] = f"ecc_c_{scope}_{key}"
-        for key in ("sram uncorrectable", "sram uncorrectable parity", "sram uncorrectable sec-ded",
-                    "dram uncorrectable", "double bit/total"):
+        for key in (
+            "sram uncorrectable",
+            "sram uncorrectable parity",
+            "sram uncorrectable sec-ded",
+            "dram uncorrectable",
+            "double bit/total",
+        ):
             fields[f"ecc errors/{scope}/{key}"] = f"ecc_u_{scope}_{key}"
     return fields
 
@@ -268,13 +293,13 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
     indent = pl.col("raw").str.len_chars() - pl.col("raw").str.strip_chars_start(" ").str.len_chars()
     kv = body.str.extract_groups(r"^(?P<key>.*?)\s+:(?:\s(?P<value>.*))?$")
     df = df.with_columns(
-        body=body, level=(indent // 4).cast(pl.Int32),
+        body=body,
+        level=(indent // 4).cast(pl.Int32),
         key=kv.struct.field("key").str.strip_chars().str.to_lowercase(),
         value=kv.struct.field("value").str.strip_chars(),
         gpu_header=body.str.extract(Q_GPU_HEADER),
     ).with_columns(
-        is_section=pl.col("key").is_null() & (pl.col("body") != "") & pl.col("gpu_header").is_null()
-        & ~pl.col("body").str.starts_with("="),
+        is_section=pl.col("key").is_null() & (pl.col("body") != "") & pl.col("gpu_header").is_null() & ~pl.col("body").str.starts_with("="),
         is_stamp=((pl.col("level") == 0) & (pl.col("key") == "timestamp")).fill_null(False),
     )
     if df["gpu_header"].is_null().all():
@@ -283,8 +308,10 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
     opens_gpu = pl.col("gpu_header").is_not_null()
     df = df.with_columns(
         *[
-            pl.when(pl.col("is_section") & (pl.col("level") == depth)).then(pl.col("body").str.to_lowercase())
-            .when((pl.col("body") != "") & (pl.col("level") <= depth)).then(pl.lit(""))
+            pl.when(pl.col("is_section") & (pl.col("level") == depth))
+            .then(pl.col("body").str.to_lowercase())
+            .when((pl.col("body") != "") & (pl.col("level") <= depth))
+            .then(pl.lit(""))
             .alias(f"sec{depth}")
             for depth in range(1, _Q_SECTIONS)
         ],
@@ -300,7 +327,8 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
     )
     path = pl.concat_str(
         [pl.when(pl.col(f"sec{d}") != "").then(pl.col(f"sec{d}")) for d in range(1, _Q_SECTIONS)] + [pl.col("key")],
-        separator="/", ignore_nulls=True,
+        separator="/",
+        ignore_nulls=True,
     )
     values = (
         df.filter(pl.col("key").is_not_null() & (pl.col("bus").fill_null("") != ""))
@@ -311,9 +339,9 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
     if values.is_empty():
         wide = gpus
     else:
-        wide = values.pivot(
-            on="field", index=["dump", "gpu"], values="value", aggregate_function="first", sort_columns=True
-        ).join(gpus, on=["dump", "gpu"], how="right")
+        wide = values.pivot(on="field", index=["dump", "gpu"], values="value", aggregate_function="first", sort_columns=True).join(
+            gpus, on=["dump", "gpu"], how="right"
+        )
     samples = _q_samples(wide, file, host)
     if samples["time"].is_null().any() and problem is None:
         problem = "some dumps carry no readable Timestamp line"
@@ -325,9 +353,7 @@ def _q_samples(wide: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
         cols = [c for c in wide.columns if c.startswith(f"ecc_{kind}_{scope}_")]
         return _sum_or_null([_count(pl.col(c)) for c in cols])
 
-    limit = pl.coalesce(
-        _number(_col(wide, "limit_current")), _number(_col(wide, "limit_enforced")), _number(_col(wide, "limit_plain"))
-    )
+    limit = pl.coalesce(_number(_col(wide, "limit_current")), _number(_col(wide, "limit_enforced")), _number(_col(wide, "limit_plain")))
     draw = pl.coalesce(_number(_col(wide, "power_draw")), _number(_col(wide, "power_avg")), _number(_col(wide, "power_inst")))
     out = wide.with_columns(
         host=pl.lit(host, dtype=pl.String),
@@ -365,12 +391,30 @@ def _q_samples(wide: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
 
 # CSV field (unit suffix removed, old names mapped to new) -> sample column
 CSV_ALIASES = {
-    "gpu_bus_id": "pci.bus_id", "gpu_name": "name", "gpu_uuid": "uuid", "clocks.sm": "clocks.current.sm",
-    "retired_pages.sbe": "retired_pages.single_bit_ecc.count", "retired_pages.dbe": "retired_pages.double_bit.count",
+    "gpu_bus_id": "pci.bus_id",
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "clocks.sm": "clocks.current.sm",
+    "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
+    "retired_pages.dbe": "retired_pages.double_bit.count",
 }
 CSV_FIELD_RE = re.compile(r"^[a-z_][a-z0-9_.]*[a-z0-9_](?: \[[^\]]+\])?$", re.I)
-KNOWN_CSV_FIELDS = {"timestamp", "index", "name", "pci.bus_id", "gpu_bus_id", "uuid", "temperature.gpu", "power.draw",
-                    "utilization.gpu", "memory.used", "memory.total", "driver_version", "clocks.sm", "pstate"}
+KNOWN_CSV_FIELDS = {
+    "timestamp",
+    "index",
+    "name",
+    "pci.bus_id",
+    "gpu_bus_id",
+    "uuid",
+    "temperature.gpu",
+    "power.draw",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "driver_version",
+    "clocks.sm",
+    "pstate",
+}
 
 
 def _csv_name(header_cell: str) -> str:
@@ -381,9 +425,7 @@ def _csv_name(header_cell: str) -> str:
 
 def _is_csv_header(line: str) -> bool:
     cells = [c.strip() for c in line.split(",")]
-    return all(CSV_FIELD_RE.match(c) for c in cells) and any(
-        c.lower().split(" [")[0] in KNOWN_CSV_FIELDS or "." in c for c in cells
-    )
+    return all(CSV_FIELD_RE.match(c) for c in cells) and any(c.lower().split(" [")[0] in KNOWN_CSV_FIELDS or "." in c for c in cells)
 
 
 def _infer_csv_columns(cells: list[str]) -> list[str]:
@@ -407,9 +449,7 @@ def _infer_csv_columns(cells: list[str]) -> list[str]:
     return names
 
 
-def parse_gpu_csv(
-    text: str, file: str, host: str | None = None, columns: list[str] | None = None
-) -> tuple[pl.DataFrame, str | None]:
+def parse_gpu_csv(text: str, file: str, host: str | None = None, columns: list[str] | None = None) -> tuple[pl.DataFrame, str | None]:
     """`nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` -> GPU_SAMPLES rows.
 
     Notes:
@@ -436,9 +476,13 @@ def parse_gpu_csv(
     if header_text is not None:
         df = df.filter(pl.col("raw") != header_text)
     cells = pl.col("raw").str.split(",")
-    df = df.filter(cells.list.len() == len(names)).with_columns(
-        [cells.list.get(i).str.strip_chars().alias(name) for i, name in enumerate(names)]
-    ) if names else df.head(0)
+    df = (
+        df.filter(cells.list.len() == len(names)).with_columns(
+            [cells.list.get(i).str.strip_chars().alias(name) for i, name in enumerate(names)]
+        )
+        if names
+        else df.head(0)
+    )
     dropped = _lines(text).filter(pl.col("raw").str.strip_chars() != "").height - df.height - (header_text is not None)
     if dropped > 0 and problem is None:
         problem = f"{dropped} line(s) with a different number of cells were skipped (truncated or mixed queries)"
@@ -451,13 +495,13 @@ def _csv_samples(df: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
     prefix = "clocks_event_reasons."
     mask = _null_tokens(_col(df, prefix + "active")).str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False)
     reason_cols = {
-        "hw_slowdown": "hw_slowdown", "hw_thermal": "hw_thermal_slowdown", "sw_thermal": "sw_thermal_slowdown",
-        "sw_power_cap": "sw_power_cap", "power_brake": "hw_power_brake_slowdown",
+        "hw_slowdown": "hw_slowdown",
+        "hw_thermal": "hw_thermal_slowdown",
+        "sw_thermal": "sw_thermal_slowdown",
+        "sw_power_cap": "sw_power_cap",
+        "power_brake": "hw_power_brake_slowdown",
     }
-    flags = {
-        reason: pl.coalesce(_flag(_col(df, prefix + col)), (mask & REASON_BITS[reason]) != 0)
-        for reason, col in reason_cols.items()
-    }
+    flags = {reason: pl.coalesce(_flag(_col(df, prefix + col)), (mask & REASON_BITS[reason]) != 0) for reason, col in reason_cols.items()}
     out = df.with_columns(
         host=pl.lit(host, dtype=pl.String),
         gpu=_count(_col(df, "index")).cast(pl.Int32),
@@ -479,9 +523,9 @@ def _csv_samples(df: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
         ecc_uncorrected_volatile=_count(_col(df, "ecc.errors.uncorrected.volatile.total")),
         ecc_corrected_aggregate=_count(_col(df, "ecc.errors.corrected.aggregate.total")),
         ecc_uncorrected_aggregate=_count(_col(df, "ecc.errors.uncorrected.aggregate.total")),
-        retired_pages=_sum_or_null([
-            _count(_col(df, "retired_pages.single_bit_ecc.count")), _count(_col(df, "retired_pages.double_bit.count"))
-        ]),
+        retired_pages=_sum_or_null(
+            [_count(_col(df, "retired_pages.single_bit_ecc.count")), _count(_col(df, "retired_pages.double_bit.count"))]
+        ),
         retired_pages_pending=_flag(_col(df, "retired_pages.pending")),
         remapped_rows_correctable=_count(_col(df, "remapped_rows.correctable")),
         remapped_rows_uncorrectable=_count(_col(df, "remapped_rows.uncorrectable")),
@@ -496,9 +540,15 @@ def _csv_samples(df: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
 # dmon / pmon
 
 DMON_COLUMNS = {
-    "pwr": "power_draw_w", "gtemp": "temperature_c", "temp": "temperature_c", "sm": "sm_util_pct",
-    "mem": "mem_util_pct", "pclk": "sm_clock_mhz", "fb": "memory_used_mib",
-    "sbecc": "ecc_corrected_volatile", "dbecc": "ecc_uncorrected_volatile",
+    "pwr": "power_draw_w",
+    "gtemp": "temperature_c",
+    "temp": "temperature_c",
+    "sm": "sm_util_pct",
+    "mem": "mem_util_pct",
+    "pclk": "sm_clock_mhz",
+    "fb": "memory_used_mib",
+    "sbecc": "ecc_corrected_volatile",
+    "dbecc": "ecc_uncorrected_volatile",
 }
 
 
@@ -532,8 +582,7 @@ def _dmon_rows(text: str) -> tuple[pl.DataFrame, list[str], str | None]:
 def _dmon_time(rows: pl.DataFrame) -> pl.Expr:
     date = _col(rows, "c_date")
     clock = _col(rows, "c_time")
-    iso = pl.concat_str(date.str.slice(0, 4), pl.lit("-"), date.str.slice(4, 2), pl.lit("-"), date.str.slice(6, 2),
-                        pl.lit(" "), clock)
+    iso = pl.concat_str(date.str.slice(0, 4), pl.lit("-"), date.str.slice(4, 2), pl.lit("-"), date.str.slice(6, 2), pl.lit(" "), clock)
     return line_time(iso.fill_null(""), 1970)
 
 
@@ -551,9 +600,7 @@ def parse_dmon(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
     problem = problem or read_problem
     if not names or "pid" in names or rows.is_empty():
         return empty(GPU_SAMPLES), problem or ("pmon output, not dmon" if "pid" in names else "no data rows")
-    metrics = {
-        column: _number(pl.col(f"c_{name}")) for name, column in DMON_COLUMNS.items() if name in names
-    }
+    metrics = {column: _number(pl.col(f"c_{name}")) for name, column in DMON_COLUMNS.items() if name in names}
     flags = {
         "power_violation": _number(_col(rows, "c_pviol")) > 0,
         "thermal_violation": _number(_col(rows, "c_tviol")) > 0,
@@ -613,17 +660,22 @@ def parse_topo(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
     header = [c.strip() for c in clean[start].split("\t")[1:]]
     peers = [c for c in header if re.match(r"^(?:GPU|NIC|mlx)\w*$", c)]
     rows = []
-    for offset, ln in enumerate(clean[start + 1:], start=start + 2):
+    for offset, ln in enumerate(clean[start + 1 :], start=start + 2):
         if not ln.strip():
             break
         cells = [c.strip() for c in ln.split("\t")]
         device, values = cells[0], dict(zip(header, cells[1:], strict=False))
         for peer in peers:
-            rows.append({
-                "device": device, "peer": peer, "link": values.get(peer) or None,
-                "cpu_affinity": values.get("CPU Affinity") or None, "numa_affinity": values.get("NUMA Affinity") or None,
-                "line": offset,
-            })
+            rows.append(
+                {
+                    "device": device,
+                    "peer": peer,
+                    "link": values.get(peer) or None,
+                    "cpu_affinity": values.get("CPU Affinity") or None,
+                    "numa_affinity": values.get("NUMA Affinity") or None,
+                    "line": offset,
+                }
+            )
     if not rows:
         return empty(GPU_TOPOLOGY), "topology header without rows"
     frame = pl.DataFrame(rows).with_columns(host=pl.lit(host, dtype=pl.String), file=pl.lit(file))

@@ -13,7 +13,7 @@ order, and `attach_boot_times` can align it later with a `dmesg -T` companion fi
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 
@@ -91,7 +91,9 @@ def parse_kernel_log(
     events = hits.with_columns(
         message=pl.col("text").str.replace(PREFIX, ""),
         host=pl.coalesce(
-            prefix.struct.field("talos_host"), prefix.struct.field("sys_host"), prefix.struct.field("iso_host"),
+            prefix.struct.field("talos_host"),
+            prefix.struct.field("sys_host"),
+            prefix.struct.field("iso_host"),
             pl.lit(host_hint, dtype=pl.String),
         ),
         uptime_s=prefix.struct.field("uptime").cast(pl.Float64, strict=False),
@@ -126,24 +128,32 @@ def _classify(events: pl.DataFrame) -> pl.DataFrame:
     is_aer = aer_sev.is_not_null()
     is_oom = oom.struct.field("pid").is_not_null()
     kind = (
-        pl.when(is_xid).then(pl.lit("xid")).when(is_sxid).then(pl.lit("sxid")).when(is_fell).then(pl.lit("fell_off_bus"))
-        .when(is_aer).then(pl.lit("pcie_aer")).when(is_oom).then(pl.lit("host_oom"))
+        pl.when(is_xid)
+        .then(pl.lit("xid"))
+        .when(is_sxid)
+        .then(pl.lit("sxid"))
+        .when(is_fell)
+        .then(pl.lit("fell_off_bus"))
+        .when(is_aer)
+        .then(pl.lit("pcie_aer"))
+        .when(is_oom)
+        .then(pl.lit("host_oom"))
     )
-    pid_text = pl.coalesce(
-        pl.when(is_xid).then(xid.struct.field("pid")), pl.when(is_oom).then(oom.struct.field("pid"))
-    )
+    pid_text = pl.coalesce(pl.when(is_xid).then(xid.struct.field("pid")), pl.when(is_oom).then(oom.struct.field("pid")))
     aer_fatal = aer_sev.str.contains(r"\(Fatal\)")
     out = events.with_columns(
         kind=kind,
         xid=pl.coalesce(xid.struct.field("code"), sxid.struct.field("code")).cast(pl.Int32, strict=False),
         pid=pid_text.cast(pl.Int64, strict=False),
-        process=pl.coalesce(
-            pl.when(is_xid).then(xid.struct.field("name")), pl.when(is_oom).then(oom.struct.field("name"))
-        ).str.strip_chars().replace("<unknown>", None),
+        process=pl.coalesce(pl.when(is_xid).then(xid.struct.field("name")), pl.when(is_oom).then(oom.struct.field("name")))
+        .str.strip_chars()
+        .replace("<unknown>", None),
         pci_bus_id=pci_bus_id(
             pl.coalesce(
-                pl.when(is_xid).then(xid.struct.field("pci")), pl.when(is_sxid).then(sxid.struct.field("pci")),
-                pl.when(is_fell).then(fell.struct.field("pci")), pl.when(is_aer & aer_pci.str.contains(":")).then(aer_pci),
+                pl.when(is_xid).then(xid.struct.field("pci")),
+                pl.when(is_sxid).then(sxid.struct.field("pci")),
+                pl.when(is_fell).then(fell.struct.field("pci")),
+                pl.when(is_aer & aer_pci.str.contains(":")).then(aer_pci),
             )
         ),
         sxid_fatal=sxid.struct.field("sev") == "Fatal",
@@ -152,33 +162,69 @@ def _classify(events: pl.DataFrame) -> pl.DataFrame:
     )
     catalog = xid_frame().select("xid", "mnemonic", "meaning", "fatal", "severity", "category", "role")
     out = out.join(catalog, on="xid", how="left").with_columns(
-        [pl.when(pl.col("kind") == "xid").then(pl.col(c)).alias(c) for c in
-         ("mnemonic", "meaning", "fatal", "severity", "category", "role")]
+        [
+            pl.when(pl.col("kind") == "xid").then(pl.col(c)).alias(c)
+            for c in ("mnemonic", "meaning", "fatal", "severity", "category", "role")
+        ]
     )
     kind_col = pl.col("kind")
     return out.with_columns(
-        mnemonic=pl.when(kind_col == "xid").then(pl.col("mnemonic")).when(kind_col == "fell_off_bus")
-        .then(pl.lit("GPU_HAS_FALLEN_OFF_THE_BUS")).when(kind_col == "sxid").then(pl.lit("NVSWITCH_SXID"))
-        .when(kind_col == "pcie_aer").then(pl.lit("PCIE_AER")).when(kind_col == "host_oom").then(pl.lit("OOM_KILL")),
-        meaning=pl.when(kind_col == "xid").then(pl.col("meaning").fill_null("Xid code not in the catalog"))
-        .when(kind_col == "fell_off_bus").then(pl.lit("GPU has fallen off the bus"))
-        .when(kind_col == "sxid").then(pl.lit("NVSwitch error reported by the NVSwitch driver"))
-        .when(kind_col == "pcie_aer").then(pl.lit("PCIe Advanced Error Reporting"))
-        .when(kind_col == "host_oom").then(pl.lit("the kernel OOM killer killed a process")),
-        fatal=pl.when(kind_col == "xid").then(pl.col("fatal")).when(kind_col == "sxid").then(pl.col("sxid_fatal").fill_null(False))
-        .when(kind_col == "pcie_aer").then(pl.col("aer_fatal")).when(kind_col.is_in(["fell_off_bus", "host_oom"])).then(True),
-        severity=pl.when(kind_col == "xid").then(pl.col("severity").fill_null("warning"))
-        .when(kind_col == "sxid").then(pl.when(pl.col("sxid_fatal")).then(pl.lit("critical")).otherwise(pl.lit("warning")))
-        .when(kind_col == "pcie_aer").then(
-            pl.when(pl.col("aer_fatal")).then(pl.lit("critical")).when(pl.col("aer_uncorrected")).then(pl.lit("error"))
+        mnemonic=pl.when(kind_col == "xid")
+        .then(pl.col("mnemonic"))
+        .when(kind_col == "fell_off_bus")
+        .then(pl.lit("GPU_HAS_FALLEN_OFF_THE_BUS"))
+        .when(kind_col == "sxid")
+        .then(pl.lit("NVSWITCH_SXID"))
+        .when(kind_col == "pcie_aer")
+        .then(pl.lit("PCIE_AER"))
+        .when(kind_col == "host_oom")
+        .then(pl.lit("OOM_KILL")),
+        meaning=pl.when(kind_col == "xid")
+        .then(pl.col("meaning").fill_null("Xid code not in the catalog"))
+        .when(kind_col == "fell_off_bus")
+        .then(pl.lit("GPU has fallen off the bus"))
+        .when(kind_col == "sxid")
+        .then(pl.lit("NVSwitch error reported by the NVSwitch driver"))
+        .when(kind_col == "pcie_aer")
+        .then(pl.lit("PCIe Advanced Error Reporting"))
+        .when(kind_col == "host_oom")
+        .then(pl.lit("the kernel OOM killer killed a process")),
+        fatal=pl.when(kind_col == "xid")
+        .then(pl.col("fatal"))
+        .when(kind_col == "sxid")
+        .then(pl.col("sxid_fatal").fill_null(False))
+        .when(kind_col == "pcie_aer")
+        .then(pl.col("aer_fatal"))
+        .when(kind_col.is_in(["fell_off_bus", "host_oom"]))
+        .then(True),
+        severity=pl.when(kind_col == "xid")
+        .then(pl.col("severity").fill_null("warning"))
+        .when(kind_col == "sxid")
+        .then(pl.when(pl.col("sxid_fatal")).then(pl.lit("critical")).otherwise(pl.lit("warning")))
+        .when(kind_col == "pcie_aer")
+        .then(
+            pl.when(pl.col("aer_fatal"))
+            .then(pl.lit("critical"))
+            .when(pl.col("aer_uncorrected"))
+            .then(pl.lit("error"))
             .otherwise(pl.lit("warning"))
-        ).when(kind_col.is_in(["fell_off_bus", "host_oom"])).then(pl.lit("critical")),
-        category=pl.when(kind_col == "xid").then(pl.col("category").fill_null("HARDWARE"))
-        .when(kind_col == "host_oom").then(pl.lit("HOST_OOM")).when(kind_col.is_not_null()).then(pl.lit("HARDWARE")),
-        role=pl.when(kind_col == "xid").then(pl.col("role").fill_null("symptom"))
-        .when(kind_col.is_in(["fell_off_bus", "host_oom"])).then(pl.lit("initiating"))
-        .when(kind_col == "sxid").then(pl.when(pl.col("sxid_fatal")).then(pl.lit("initiating")).otherwise(pl.lit("symptom")))
-        .when(kind_col == "pcie_aer").then(pl.when(pl.col("aer_uncorrected")).then(pl.lit("initiating")).otherwise(pl.lit("symptom"))),
+        )
+        .when(kind_col.is_in(["fell_off_bus", "host_oom"]))
+        .then(pl.lit("critical")),
+        category=pl.when(kind_col == "xid")
+        .then(pl.col("category").fill_null("HARDWARE"))
+        .when(kind_col == "host_oom")
+        .then(pl.lit("HOST_OOM"))
+        .when(kind_col.is_not_null())
+        .then(pl.lit("HARDWARE")),
+        role=pl.when(kind_col == "xid")
+        .then(pl.col("role").fill_null("symptom"))
+        .when(kind_col.is_in(["fell_off_bus", "host_oom"]))
+        .then(pl.lit("initiating"))
+        .when(kind_col == "sxid")
+        .then(pl.when(pl.col("sxid_fatal")).then(pl.lit("initiating")).otherwise(pl.lit("symptom")))
+        .when(kind_col == "pcie_aer")
+        .then(pl.when(pl.col("aer_uncorrected")).then(pl.lit("initiating")).otherwise(pl.lit("symptom"))),
     )
 
 
@@ -202,7 +248,7 @@ def _btime(hits: pl.DataFrame) -> datetime | None:
     seconds = int(found[0])
     if not 0 <= seconds < MAX_EPOCH_S:
         return None  # no real boot time: a corrupt or crafted line
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def _apply_boot(events: pl.DataFrame, boot: pl.Expr) -> pl.DataFrame:

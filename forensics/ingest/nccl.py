@@ -131,8 +131,13 @@ def _normalize_bus_id(bus: pl.Expr) -> pl.Expr:
     padded = bus.str.to_uppercase().str.pad_start(13, "0")
     return pl.when(bus.str.len_chars() <= 13).then(
         pl.concat_str(
-            padded.str.slice(0, 8), pl.lit(":"), padded.str.slice(8, 2), pl.lit(":"), padded.str.slice(10, 2),
-            pl.lit("."), padded.str.slice(12, 1),
+            padded.str.slice(0, 8),
+            pl.lit(":"),
+            padded.str.slice(8, 2),
+            pl.lit(":"),
+            padded.str.slice(10, 2),
+            pl.lit("."),
+            padded.str.slice(12, 1),
         )  # fmt: skip
     )
 
@@ -171,8 +176,10 @@ def _records(lines: pl.DataFrame) -> pl.DataFrame:
 
 def _topology(rec: pl.DataFrame) -> pl.DataFrame:
     init = pl.col("msg").str.extract_groups(INIT)
-    rows = rec.filter(pl.col("msg").str.contains(" - Init ", literal=True)).with_columns(init=init).filter(
-        pl.col("init").struct.field("comm").is_not_null()
+    rows = (
+        rec.filter(pl.col("msg").str.contains(" - Init ", literal=True))
+        .with_columns(init=init)
+        .filter(pl.col("init").struct.field("comm").is_not_null())
     )
     f = pl.col("init").struct.field
     topo = rows.select(
@@ -208,8 +215,14 @@ def process_ranks(topology: pl.DataFrame) -> pl.DataFrame:
     """
     if topology.is_empty():
         return pl.DataFrame(
-            schema={"host": pl.String, "pid": pl.Int64, "global_rank": pl.Int32, "world": pl.Int32,
-                    "cuda_dev": pl.Int32, "pci_bus_id": pl.String}  # fmt: skip
+            schema={
+                "host": pl.String,
+                "pid": pl.Int64,
+                "global_rank": pl.Int32,
+                "world": pl.Int32,
+                "cuda_dev": pl.Int32,
+                "pci_bus_id": pl.String,
+            }  # fmt: skip
         )
     return (
         topology.sort("nranks", "line", descending=[True, False])
@@ -249,9 +262,7 @@ def _interfaces(rec: pl.DataFrame) -> pl.DataFrame:
     using = rec.filter(pl.col("level") == "INFO").with_columns(
         ib=pl.when(msg.str.contains(r"NET/IB ?: Using")).then(msg.str.extract_all(r"\[\d+\]([\w.-]+:\d+/(?:IB|RoCE))")),
         sock=pl.when(msg.str.contains(r"NET/Socket ?: Using")).then(msg.str.extract_all(r"\[\d+\]([\w.-]+:[\w.:]+)<")),
-        boot=pl.concat_list(
-            msg.str.extract(r"Bootstrap ?: Using \[?\d*\]?([\w.-]+:[\w.:]+)<"), msg.str.extract(r"OOB ([\w.-]+:[\w.:]+)<")
-        ),
+        boot=pl.concat_list(msg.str.extract(r"Bootstrap ?: Using \[?\d*\]?([\w.-]+:[\w.:]+)<"), msg.str.extract(r"OOB ([\w.-]+:[\w.:]+)<")),
     )
     parts = []
     for kind, col in (("ib", "ib"), ("socket", "sock"), ("bootstrap", "boot")):
@@ -277,17 +288,21 @@ def _warns(rec: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
         return empty(NCCL_WARNS)
     msg = pl.col("msg")
     out = (
-        warns.join(ranks.select("host", "pid", "global_rank"), on=["host", "pid"], how="left")
-        .select(
-            "file", "line",
+        warns.join(ranks.select("host", "pid", "global_rank"), on=["host", "pid"], how="left").select(
+            "file",
+            "line",
             pl.coalesce("global_rank", "rank").alias("rank"),
-            pl.col("host").alias("host"), "pid", "cuda_dev",
+            pl.col("host").alias("host"),
+            "pid",
+            "cuda_dev",
             pl.coalesce("time", "ts").alias("time"),
             _warn_kind(msg).alias("kind"),
             pl.coalesce(msg.str.extract(r"status=(\w+\(\d+\)|\d+)"), msg.str.extract(r"with error (\d+)")).alias("ib_status"),
             msg.str.extract(r"vendor[ _]err[ =](\d+)").cast(pl.Int64, strict=False).alias("vendor_err"),
             msg.str.extract(r"(?:from peer|by remote peer|recv from|send to) (\S+?)(?:<\d+>)?(?: |$|,)").alias("peer"),
-            "src", "msg", "text",
+            "src",
+            "msg",
+            "text",
         )  # fmt: skip
     )
     return conform(out, NCCL_WARNS)
@@ -305,9 +320,7 @@ def parse_nccl(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     topology = _topology(rec)
     ranks = process_ranks(topology)
     # The rank recorded on each process's own lines fills in for processes without Init lines.
-    rec = rec.with_columns(
-        rank=pl.col("rank").fill_null(pl.col("rank").drop_nulls().first().over(["host", "pid"]))
-    )
+    rec = rec.with_columns(rank=pl.col("rank").fill_null(pl.col("rank").drop_nulls().first().over(["host", "pid"])))
     return {
         "nccl_lines": conform(rec, NCCL_LINES),
         "nccl_topology": topology,

@@ -132,16 +132,11 @@ def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
     # ranks (prefix or torchrun --log-dir folder) are global ranks too. Any other pair, or no
     # pair at all in a file with global tags, and the bare local rank says nothing.
     both = pl.col("tag_local").is_not_null() & pl.col("tag_rank").is_not_null()
-    identity = (
-        (pl.col("tag_local") == pl.col("tag_rank")).filter(both).all().over("file")
-        & both.any().over("file")
-    )
+    identity = (pl.col("tag_local") == pl.col("tag_rank")).filter(both).all().over("file") & both.any().over("file")
     file_has_globals = pl.col("tag_rank").is_not_null().any().over("file")
     bare_local = pl.when(~file_has_globals | identity).then(pl.coalesce("tag_local", "name_local"))
     return lines.join(files.lazy(), on="file", how="left", maintain_order="left").with_columns(
-        rank=pl.coalesce(
-            "tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", bare_local
-        ).cast(pl.Int32),
+        rank=pl.coalesce("tag_rank", local_to_global, single_tag, "name_rank", "payload_rank", bare_local).cast(pl.Int32),
         local_rank=pl.coalesce("tag_local", "name_local").cast(pl.Int32),
     )
 
@@ -158,10 +153,7 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
         )
         .with_columns(prev_carries=pl.col("carries").shift(1).over(stream, order_by="line").fill_null(False))
         .with_columns(
-            block=pl.when(~pl.col("cont") & ~pl.col("prev_carries"))
-            .then(pl.col("line"))
-            .forward_fill()
-            .over(stream, order_by="line")
+            block=pl.when(~pl.col("cont") & ~pl.col("prev_carries")).then(pl.col("line")).forward_fill().over(stream, order_by="line")
         )
         # A log that opens mid-traceback (a truncated paste, a rotated file): its first run of
         # frames belongs to one block starting at the stream's first line.
@@ -183,9 +175,7 @@ def _hosts(lines: pl.LazyFrame) -> pl.LazyFrame:
     return (
         lines.with_columns(_pdsh=pdsh)
         .with_columns(_own=pl.coalesce(nccl, pl.when(pl.col("_pdsh").is_not_null() & frequent).then("_pdsh")))
-        .with_columns(
-            host=pl.coalesce("_own", pl.col("_own").drop_nulls().mode().min().over(["file", pl.col("rank").fill_null(-1)]))
-        )
+        .with_columns(host=pl.coalesce("_own", pl.col("_own").drop_nulls().mode().min().over(["file", pl.col("rank").fill_null(-1)])))
         .drop("_pdsh", "_own")
     )
 
@@ -259,9 +249,7 @@ def _rank_conflicts(lines: pl.DataFrame) -> pl.DataFrame:
             severity=pl.lit("warning"),
             role=pl.lit("event"),
             rank=pl.col("tags").list.first(),
-            captures=pl.format(
-                '{{"file_name_rank": {}, "prefix_rank": {}}}', pl.col("name_rank"), pl.col("tags").list.first()
-            ),
+            captures=pl.format('{{"file_name_rank": {}, "prefix_rank": {}}}', pl.col("name_rank"), pl.col("tags").list.first()),
         ),
         FINDINGS,
     )

@@ -56,8 +56,12 @@ def _days_in_month(y: pl.Expr, mo: pl.Expr) -> pl.Expr:
 def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.Expr, us: pl.Expr) -> pl.Expr:
     """Datetime from components; null (never an error) for impossible dates like Feb 30."""
     valid = (
-        y.is_between(MIN_YEAR, MAX_YEAR) & mo.is_between(1, 12) & d.is_between(1, _days_in_month(y, mo)) & h.is_between(0, 23)
-        & mi.is_between(0, 59) & s.is_between(0, 60)
+        y.is_between(MIN_YEAR, MAX_YEAR)
+        & mo.is_between(1, 12)
+        & d.is_between(1, _days_in_month(y, mo))
+        & h.is_between(0, 23)
+        & mi.is_between(0, 59)
+        & s.is_between(0, 60)
     )
 
     def safe(part: pl.Expr, default: int) -> pl.Expr:
@@ -65,8 +69,15 @@ def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.E
         return pl.when(valid).then(part).otherwise(default)
 
     stamp = pl.datetime(
-        safe(y, 1970), safe(mo, 1), safe(d, 1), safe(h, 0), safe(mi, 0), safe(s.clip(0, 59), 0), us,
-        time_unit="us", time_zone="UTC",
+        safe(y, 1970),
+        safe(mo, 1),
+        safe(d, 1),
+        safe(h, 0),
+        safe(mi, 0),
+        safe(s.clip(0, 59), 0),
+        us,
+        time_unit="us",
+        time_zone="UTC",
     )
     return pl.when(valid).then(stamp)
 
@@ -83,13 +94,23 @@ def _format_time(name: str, groups: pl.Expr, year: int) -> pl.Expr:
     """The datetime one format's extracted groups spell, or null."""
     if name == "iso":
         return _build(
-            _int(groups, "y"), _int(groups, "mo"), _int(groups, "d"), _int(groups, "h"), _int(groups, "mi"),
-            _int(groups, "s"), _micros(groups.struct.field("f")),
+            _int(groups, "y"),
+            _int(groups, "mo"),
+            _int(groups, "d"),
+            _int(groups, "h"),
+            _int(groups, "mi"),
+            _int(groups, "s"),
+            _micros(groups.struct.field("f")),
         ) - pl.duration(minutes=_offset_minutes(groups.struct.field("tz").fill_null("")))
     if name == "slash":
         return _build(
-            _int(groups, "y"), _int(groups, "mo"), _int(groups, "d"), _int(groups, "h"), _int(groups, "mi"),
-            _int(groups, "s"), _micros(groups.struct.field("f")),
+            _int(groups, "y"),
+            _int(groups, "mo"),
+            _int(groups, "d"),
+            _int(groups, "h"),
+            _int(groups, "mi"),
+            _int(groups, "s"),
+            _micros(groups.struct.field("f")),
         )
     if name == "glog":
         month_day = _int(groups, "md")
@@ -97,17 +118,32 @@ def _format_time(name: str, groups: pl.Expr, year: int) -> pl.Expr:
         # 9 digits: c10's monotonic nanoseconds, not wall time -> second precision only.
         micros = pl.when(fraction.str.len_chars() == 9).then(pl.lit(0, pl.Int32)).otherwise(_micros(fraction))
         return _build(
-            pl.lit(year, pl.Int32), month_day // 100, month_day % 100, _int(groups, "h"), _int(groups, "mi"),
-            _int(groups, "s"), micros,
+            pl.lit(year, pl.Int32),
+            month_day // 100,
+            month_day % 100,
+            _int(groups, "h"),
+            _int(groups, "mi"),
+            _int(groups, "s"),
+            micros,
         )
     if name == "ctime":
         return _build(
-            _int(groups, "y"), _month(groups.struct.field("mon")), _int(groups, "d"), _int(groups, "h"),
-            _int(groups, "mi"), _int(groups, "s"), pl.lit(0, pl.Int32),
+            _int(groups, "y"),
+            _month(groups.struct.field("mon")),
+            _int(groups, "d"),
+            _int(groups, "h"),
+            _int(groups, "mi"),
+            _int(groups, "s"),
+            pl.lit(0, pl.Int32),
         )
     return _build(  # syslog
-        pl.lit(year, pl.Int32), _month(groups.struct.field("mon")), _int(groups, "d"), _int(groups, "h"),
-        _int(groups, "mi"), _int(groups, "s"), pl.lit(0, pl.Int32),
+        pl.lit(year, pl.Int32),
+        _month(groups.struct.field("mon")),
+        _int(groups, "d"),
+        _int(groups, "h"),
+        _int(groups, "mi"),
+        _int(groups, "s"),
+        pl.lit(0, pl.Int32),
     )
 
 

@@ -36,21 +36,25 @@ from forensics.schema import InputStatus
 Scalar = int | float | str | None
 
 
-class _Args(msgspec.Struct, gc=False, rename={
-    "external_id": "External id",
-    "external_id_2021": "external id",
-    "collective_name": "Collective name",
-    "pg_name": "Process Group Name",
-    "pg_desc": "Process Group Description",
-    "pg_ranks": "Process Group Ranks",
-    "in_nelems": "In msg nelems",
-    "out_nelems": "Out msg nelems",
-    "group_size": "Group size",
-    "seq": "Seq",
-    "dtype": "dtype",
-    "stream": "stream",
-    "correlation": "correlation",
-}):
+class _Args(
+    msgspec.Struct,
+    gc=False,
+    rename={
+        "external_id": "External id",
+        "external_id_2021": "external id",
+        "collective_name": "Collective name",
+        "pg_name": "Process Group Name",
+        "pg_desc": "Process Group Description",
+        "pg_ranks": "Process Group Ranks",
+        "in_nelems": "In msg nelems",
+        "out_nelems": "Out msg nelems",
+        "group_size": "Group size",
+        "seq": "Seq",
+        "dtype": "dtype",
+        "stream": "stream",
+        "correlation": "correlation",
+    },
+):
     stream: Scalar = None
     correlation: Scalar = None
     external_id: Scalar = None
@@ -84,9 +88,9 @@ class _DistributedInfo(msgspec.Struct):
 
 
 class _Trace(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] = []  # noqa: N815 - the file's own key; decoded in batches
-    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")  # noqa: N815 - decoded leniently, see _distributed_info
-    baseTimeNanoseconds: Scalar = None  # noqa: N815
+    traceEvents: list[msgspec.Raw] = []
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+    baseTimeNanoseconds: Scalar = None
 
 
 # Columns of the events frame; collective metadata columns stay null when absent.
@@ -371,11 +375,18 @@ def load_trace(path: Path) -> TraceLoad:
             raise msgspec.ValidationError(f"none of its {stream.malformed} traceEvents is an event object")
         events, impossible = _events_frame(stream.frames)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as err:
-        return TraceLoad(path, empty, rank=rank_from_name(path), rank_source=None,
-                         status=InputStatus.SKIPPED, problem=f"unreadable trace: {err}")
+        return TraceLoad(
+            path, empty, rank=rank_from_name(path), rank_source=None, status=InputStatus.SKIPPED, problem=f"unreadable trace: {err}"
+        )
     except RecursionError:  # JSON nested deeper than any profiler writes: crafted, not a trace
-        return TraceLoad(path, empty, rank=rank_from_name(path), rank_source=None,
-                         status=InputStatus.SKIPPED, problem="unreadable trace: JSON nested too deeply")
+        return TraceLoad(
+            path,
+            empty,
+            rank=rank_from_name(path),
+            rank_source=None,
+            status=InputStatus.SKIPPED,
+            problem="unreadable trace: JSON nested too deeply",
+        )
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -425,7 +436,11 @@ def find_traces(directory: Path) -> list[Path]:
 def file_statuses(loads: list[TraceLoad], root: Path) -> list[FileStatus]:
     """How each trace fared, for `Incident.apply_statuses` (paths relative to `root`; `lines` = events kept)."""
     return [
-        FileStatus(path=t.path.relative_to(root).as_posix() if t.path.is_relative_to(root) else t.path.as_posix(),
-                   status=str(t.status), problem=t.problem, lines=t.events.height)
+        FileStatus(
+            path=t.path.relative_to(root).as_posix() if t.path.is_relative_to(root) else t.path.as_posix(),
+            status=str(t.status),
+            problem=t.problem,
+            lines=t.events.height,
+        )
         for t in loads
     ]

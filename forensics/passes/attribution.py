@@ -64,10 +64,7 @@ def rank_hosts(lines: pl.DataFrame, exits: pl.DataFrame | None, topology: pl.Dat
         parts.append(lines.select(pl.col("rank").cast(pl.Int32), pl.col("host"), source=pl.lit(2)))
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "host": pl.String})
-    return (
-        pl.concat(parts).drop_nulls(["rank", "host"]).sort("source")
-        .group_by("rank", maintain_order=True).agg(pl.col("host").first())
-    )
+    return pl.concat(parts).drop_nulls(["rank", "host"]).sort("source").group_by("rank", maintain_order=True).agg(pl.col("host").first())
 
 
 def fill_hosts(findings: pl.DataFrame, hosts: pl.DataFrame) -> pl.DataFrame:
@@ -87,12 +84,18 @@ def attribute_native_runs(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.Dat
         return findings
     tagged = (
         lines.filter(pl.col("rank").is_not_null())
-        .select("file", pl.col("line").alias("next_line"), next_rank="rank",
-                opens_traceback=pl.col("text").str.contains("Traceback (most recent call last)", literal=True))
+        .select(
+            "file",
+            pl.col("line").alias("next_line"),
+            next_rank="rank",
+            opens_traceback=pl.col("text").str.contains("Traceback (most recent call last)", literal=True),
+        )
         .sort("file", "next_line")
     )
     claimed = (
-        orphans.select("file", "line").unique().sort("file", "line")
+        orphans.select("file", "line")
+        .unique()
+        .sort("file", "line")
         .join_asof(tagged, left_on="line", right_on="next_line", by="file", strategy="forward", check_sortedness=False)
         .filter(pl.col("opens_traceback") & (pl.col("next_line") - pl.col("line") <= NATIVE_RUN_MAX_LINES))
         .select("file", "line", "next_rank")

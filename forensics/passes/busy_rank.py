@@ -36,7 +36,9 @@ LABEL_ABOVE = 2
 TIMEOUT_MS = r"Timeout\(ms\)=(\d+)|timed out after (\d+) ?ms\b"
 TIMEOUT_HMS = r"\btimeout[=:] ?(\d+:\d\d:\d\d)\b"
 TIMEOUT_S = r"\btimeout=datetime\.timedelta\(seconds=(\d+)"
-WAITING_FRAME = r"in main_process_first\b|main_process_first\(|in barrier\b|dist\.barrier\(|in _store_based_barrier\b|in monitored_barrier\b"
+WAITING_FRAME = (
+    r"in main_process_first\b|main_process_first\(|in barrier\b|dist\.barrier\(|in _store_based_barrier\b|in monitored_barrier\b"
+)
 
 
 def busy_rank_zero(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
@@ -93,12 +95,9 @@ def _preprocessing_bars(lines: pl.DataFrame) -> pl.DataFrame:
     """Progress-bar lines of a preprocessing phase: named on the bar, or on the line just above a bare bar."""
     text = pl.col("text")
     bare = text.str.contains(BARE_BAR)
-    labelled = (
-        lines.sort("file", "line")
-        .with_columns(
-            _label=pl.when(~bare).then(text).forward_fill().over("file"),
-            _label_line=pl.when(~bare).then(pl.col("line")).forward_fill().over("file"),
-        )
+    labelled = lines.sort("file", "line").with_columns(
+        _label=pl.when(~bare).then(text).forward_fill().over("file"),
+        _label_line=pl.when(~bare).then(pl.col("line")).forward_fill().over("file"),
     )
     named_above = bare & pl.col("_label").str.contains(PREPROCESSING) & (pl.col("line") - pl.col("_label_line") <= LABEL_ABOVE)
     return labelled.filter(text.str.contains(PREPROCESSING_BAR) | named_above).drop("_label", "_label_line")

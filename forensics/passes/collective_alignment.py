@@ -77,11 +77,22 @@ def collective_kernels(loads: list[TraceLoad]) -> pl.DataFrame:
             )
         )
     if not frames:
-        return pl.DataFrame(schema={"rank": pl.Int32, "file": pl.String, "ts": pl.Int64, "dur": pl.Int64,
-                                    "group": pl.String, "ordinal": pl.Int64, "op": pl.String})
+        return pl.DataFrame(
+            schema={
+                "rank": pl.Int32,
+                "file": pl.String,
+                "ts": pl.Int64,
+                "dur": pl.Int64,
+                "group": pl.String,
+                "ordinal": pl.Int64,
+                "op": pl.String,
+            }
+        )
     kernels = pl.concat(frames).sort("rank", "ts")
-    group = pl.when(pl.col("pg_name").is_not_null()).then(pl.lit("pg ") + pl.col("pg_name")).otherwise(
-        pl.lit("stream ") + pl.col("stream").cast(pl.String)
+    group = (
+        pl.when(pl.col("pg_name").is_not_null())
+        .then(pl.lit("pg ") + pl.col("pg_name"))
+        .otherwise(pl.lit("stream ") + pl.col("stream").cast(pl.String))
     )
     kernels = kernels.with_columns(group.alias("group"))
     ordinal = pl.coalesce("seq", pl.int_range(pl.len()).over("rank", "group").cast(pl.Int64))
@@ -90,9 +101,7 @@ def collective_kernels(loads: list[TraceLoad]) -> pl.DataFrame:
 
 def _rank_table(arrivals: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
     total_wait = collectives["wait_caused_us"].sum()
-    caused = collectives.group_by("late_rank").agg(
-        pl.col("wait_caused_us").sum().alias("wait_caused_us"), pl.len().alias("times_late")
-    )
+    caused = collectives.group_by("late_rank").agg(pl.col("wait_caused_us").sum().alias("wait_caused_us"), pl.len().alias("times_late"))
     # Work between consecutive collectives of one group: what a slow rank takes longer at.
     work = (
         arrivals.sort("rank", "group", "ordinal")
@@ -141,15 +150,14 @@ def align_collectives(loads: list[TraceLoad]) -> Alignment:
     )
     arrivals = arrivals.join(collectives.select("group", "ordinal", "collective"), on=["group", "ordinal"])
     if collectives.is_empty():
-        ranks = pl.DataFrame(schema={"rank": pl.Int32, "wait_caused_us": pl.Int64, "times_late": pl.Int64,
-                                     "slowdown": pl.Float64, "wait_share": pl.Float64})
+        ranks = pl.DataFrame(
+            schema={"rank": pl.Int32, "wait_caused_us": pl.Int64, "times_late": pl.Int64, "slowdown": pl.Float64, "wait_share": pl.Float64}
+        )
         return Alignment(collectives, arrivals, ranks)
     ranks = _rank_table(arrivals, collectives)
     n_coll = collectives.height
     share_needed = min(FAIR_SHARE_FACTOR / max(ranks.height, 1), MAX_SHARE_NEEDED)
-    suspects = ranks.filter(
-        (pl.col("wait_share") >= share_needed) & (pl.col("times_late") >= LATE_SHARE_MIN * n_coll)
-    )
+    suspects = ranks.filter((pl.col("wait_share") >= share_needed) & (pl.col("times_late") >= LATE_SHARE_MIN * n_coll))
     files = dict(kernels.select("rank", "file").sort("rank", "file").unique("rank", keep="first", maintain_order=True).iter_rows())
     stragglers, rows = [], []
     for r in suspects.iter_rows(named=True):
@@ -160,23 +168,29 @@ def align_collectives(loads: list[TraceLoad]) -> Alignment:
             f"rank {r['rank']} arrived last at {r['times_late']} of {n_coll} collectives; other ranks waited "
             f"{r['wait_caused_us']} us for it ({100 * r['wait_share']:.0f}% of all collective waiting)"
         )
-        stragglers.append({"rank": r["rank"], "slowdown": None if slowdown is None else round(slowdown, 2),
-                           "evidence": evidence})
-        rows.append({
-            "pattern": "TRACE-STRAGGLER",
-            "title": "Rank arrives late at collectives (profiler trace)",
-            "category": Category.STRAGGLER,
-            "severity": Severity.WARNING,
-            "role": Role.INITIATING if severe else Role.SYMPTOM,
-            "file": files.get(r["rank"]),
-            "line": None,
-            "rank": r["rank"],
-            "text": evidence,
-            "captures": json.dumps({
-                "times_late": r["times_late"], "collectives": n_coll, "wait_caused_us": r["wait_caused_us"],
-                "wait_share": round(r["wait_share"], 4), "slowdown": stragglers[-1]["slowdown"],
-                "max_start_skew_us": collectives["start_skew_us"].max(),
-            }),
-        })
+        stragglers.append({"rank": r["rank"], "slowdown": None if slowdown is None else round(slowdown, 2), "evidence": evidence})
+        rows.append(
+            {
+                "pattern": "TRACE-STRAGGLER",
+                "title": "Rank arrives late at collectives (profiler trace)",
+                "category": Category.STRAGGLER,
+                "severity": Severity.WARNING,
+                "role": Role.INITIATING if severe else Role.SYMPTOM,
+                "file": files.get(r["rank"]),
+                "line": None,
+                "rank": r["rank"],
+                "text": evidence,
+                "captures": json.dumps(
+                    {
+                        "times_late": r["times_late"],
+                        "collectives": n_coll,
+                        "wait_caused_us": r["wait_caused_us"],
+                        "wait_share": round(r["wait_share"], 4),
+                        "slowdown": stragglers[-1]["slowdown"],
+                        "max_start_skew_us": collectives["start_skew_us"].max(),
+                    }
+                ),
+            }
+        )
     findings = conform(pl.DataFrame(rows), FINDINGS) if rows else empty(FINDINGS)
     return Alignment(collectives.drop("first_start"), arrivals, ranks, stragglers, findings)

@@ -32,7 +32,12 @@ def odd_rank_out(findings: pl.DataFrame) -> pl.DataFrame:
     votes = (
         mismatches.drop_nulls(["reporter", "named"])
         .group_by("named")
-        .agg(voters=pl.col("reporter").n_unique(), named_op=pl.col("named_op").mode().first(), others_op=pl.col("own_op").mode().first(), seq=pl.col("seq").first())
+        .agg(
+            voters=pl.col("reporter").n_unique(),
+            named_op=pl.col("named_op").mode().first(),
+            others_op=pl.col("own_op").mode().first(),
+            seq=pl.col("seq").first(),
+        )
         .sort(["voters", "named"], descending=[True, False])
     )
     if votes.is_empty() or votes["voters"][0] < 2 or (votes.height > 1 and votes["voters"][0] == votes["voters"][1]):
@@ -59,7 +64,9 @@ def odd_rank_out(findings: pl.DataFrame) -> pl.DataFrame:
             rank=pl.lit(culprit, pl.Int32),
             host=pl.lit(None, pl.String),
             text=pl.lit(text),
-            captures=pl.struct(voters=pl.lit(winner["voters"]), op=pl.lit(winner["named_op"]), others_op=pl.lit(winner["others_op"])).struct.json_encode(),
+            captures=pl.struct(
+                voters=pl.lit(winner["voters"]), op=pl.lit(winner["named_op"]), others_op=pl.lit(winner["others_op"])
+            ).struct.json_encode(),
         ),
         FINDINGS,
     )

@@ -200,8 +200,14 @@ def _op_mismatches(collectives: pl.DataFrame) -> list[tuple[int, str, int, dict]
     rows = pl.concat(
         [
             work.select("rank", pl.col("pg_guid").fill_null(DEFAULT_PG).alias("pg"), "seq", "op_type", "numel_in", "numel_out"),
-            snapshot.select(pl.col("ranks_named").alias("rank"), pl.col("pg_guid").fill_null(DEFAULT_PG).alias("pg"),
-                            "seq", "op_type", "numel_in", "numel_out"),  # fmt: skip
+            snapshot.select(
+                pl.col("ranks_named").alias("rank"),
+                pl.col("pg_guid").fill_null(DEFAULT_PG).alias("pg"),
+                "seq",
+                "op_type",
+                "numel_in",
+                "numel_out",
+            ),  # fmt: skip
         ]
     ).unique(["rank", "pg", "seq", "op_type"], keep="first")
     numel = pl.concat_str(pl.col("op_type"), pl.col("numel_in").cast(pl.String), pl.col("numel_out").cast(pl.String), separator="/")
@@ -319,7 +325,7 @@ def localize_hang(
     findings: list[dict] = []
     reasons: dict[int, list[str]] = {}
 
-    def blame(pattern, title, category, severity, role, rank, evidence, text, captures):  # noqa: ANN001
+    def blame(pattern, title, category, severity, role, rank, evidence, text, captures):
         reasons.setdefault(rank, []).append(pattern)
         findings.append(_finding(pattern, title, category, severity, role, rank, hosts.get(rank), evidence, text,
                                  captures, place.get(rank)))  # fmt: skip
@@ -351,7 +357,8 @@ def localize_hang(
                "crowd_last_completed": crowd_done})  # fmt: skip
 
     report = collectives.filter(
-        pl.col("kind").is_in(["desync_report", "stall_report"]) & pl.col("detail").is_in(["never_joined", "joined_not_finished", "finished_not_joined"])
+        pl.col("kind").is_in(["desync_report", "stall_report"])
+        & pl.col("detail").is_in(["never_joined", "joined_not_finished", "finished_not_joined"])
     ).explode("ranks_named")
     for row in report.unique(["ranks_named", "detail"], keep="first", maintain_order=True).iter_rows(named=True):
         rank = row["ranks_named"]
@@ -484,4 +491,3 @@ def summarize_state(per_rank: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=COLLECTIVE_STATE).sort(
         pl.col("state").str.starts_with("culprit").not_(), "last_completed", "ranks", nulls_last=True
     )
-

@@ -85,13 +85,13 @@ def correlate(
         for event, of, count in per_event.select("event", "of", "count").iter_rows():
             if count >= MIN_COUNT:
                 lift = (count / of) / base_rate if base_rate > 0 else 0.0
-                rows.append({"event": event, "effect": effect, "count": count, "of": of, "lift": round(lift, 2), "window_seconds": window_seconds})
+                rows.append(
+                    {"event": event, "effect": effect, "count": count, "of": of, "lift": round(lift, 2), "window_seconds": window_seconds}
+                )
     if not rows:
         return pl.DataFrame(schema=CORRELATIONS)
     # names break ties: explain_periodicity takes the first row
-    return pl.DataFrame(rows, schema=CORRELATIONS).sort(
-        ["lift", "count", "event", "effect"], descending=[True, True, False, False]
-    )
+    return pl.DataFrame(rows, schema=CORRELATIONS).sort(["lift", "count", "event", "effect"], descending=[True, True, False, False])
 
 
 def explain_periodicity(periodicity: pl.DataFrame, correlations: pl.DataFrame) -> pl.DataFrame:

@@ -76,9 +76,7 @@ def rank_table(
     )
     steps = _stepping(metrics)
     failures = findings.filter(
-        pl.col("rank").is_not_null()
-        & pl.col("role").is_in(FAILURE_ROLES)
-        & pl.col("severity").is_in(FAILURE_SEVERITIES)
+        pl.col("rank").is_not_null() & pl.col("role").is_in(FAILURE_ROLES) & pl.col("severity").is_in(FAILURE_SEVERITIES)
     )
     # A rank's first error is its earliest initiating finding; symptoms (its exit) only when it has none.
     first_error = (
@@ -94,12 +92,16 @@ def rank_table(
         )
     )
     serious = pl.col("severity").is_in(FAILURE_SEVERITIES)
-    per_rank_roles = findings.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
-        killed=(pl.col("category").is_in(["PROCESS_KILLED", "HOST_OOM"]) & pl.col("role").is_in(FAILURE_ROLES)).any(),
-        failed=((pl.col("role") == "initiating") & serious & ~pl.col("pattern").str.starts_with("HANG")).any(),
-        stalled=((pl.col("role") == "initiating") & pl.col("pattern").str.starts_with("HANG")).any(),
-        cascaded=(pl.col("role") == "cascade").any(),
-        exited=((pl.col("role") == "symptom") & serious).any(),
+    per_rank_roles = (
+        findings.filter(pl.col("rank").is_not_null())
+        .group_by("rank")
+        .agg(
+            killed=(pl.col("category").is_in(["PROCESS_KILLED", "HOST_OOM"]) & pl.col("role").is_in(FAILURE_ROLES)).any(),
+            failed=((pl.col("role") == "initiating") & serious & ~pl.col("pattern").str.starts_with("HANG")).any(),
+            stalled=((pl.col("role") == "initiating") & pl.col("pattern").str.starts_with("HANG")).any(),
+            cascaded=(pl.col("role") == "cascade").any(),
+            exited=((pl.col("role") == "symptom") & serious).any(),
+        )
     )
     finished = _finished(health)
     all_ranks = pl.DataFrame({"rank": list(range(world or 0))}, schema={"rank": pl.Int32})
@@ -131,9 +133,11 @@ def rank_table(
         .sort("rank")
     )
     if rank_hosts is not None and not rank_hosts.is_empty():
-        table = table.join(rank_hosts.rename({"host": "known_host"}), on="rank", how="left").with_columns(
-            host=pl.coalesce("host", "known_host")
-        ).sort("rank")  # a join does not keep row order
+        table = (
+            table.join(rank_hosts.rename({"host": "known_host"}), on="rank", how="left")
+            .with_columns(host=pl.coalesce("host", "known_host"))
+            .sort("rank")
+        )  # a join does not keep row order
     return conform(table, RANKS)
 
 

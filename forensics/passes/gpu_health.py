@@ -42,14 +42,22 @@ GPU_RANKS: dict[str, pl.DataType] = {
 
 THROTTLE_CLASSES = {
     # class -> (reasons, pattern, title, severity, role)
-    "thermal": ({"hw_thermal", "sw_thermal", "thermal_violation"}, "GPU-THERMAL-THROTTLE",
-                "GPU clocks throttled for temperature", Severity.ERROR, Role.INITIATING),
-    "power_brake": ({"power_brake"}, "GPU-POWER-BRAKE", "GPU clocks cut by the external power brake",
-                    Severity.ERROR, Role.INITIATING),
-    "hw_slowdown": ({"hw_slowdown"}, "GPU-HW-SLOWDOWN", "GPU hardware slowdown active", Severity.ERROR,
-                    Role.INITIATING),
-    "power_cap": ({"sw_power_cap", "power_violation"}, "GPU-POWER-CAP", "GPU clocks held down by the power cap",
-                  Severity.WARNING, Role.SYMPTOM),
+    "thermal": (
+        {"hw_thermal", "sw_thermal", "thermal_violation"},
+        "GPU-THERMAL-THROTTLE",
+        "GPU clocks throttled for temperature",
+        Severity.ERROR,
+        Role.INITIATING,
+    ),
+    "power_brake": ({"power_brake"}, "GPU-POWER-BRAKE", "GPU clocks cut by the external power brake", Severity.ERROR, Role.INITIATING),
+    "hw_slowdown": ({"hw_slowdown"}, "GPU-HW-SLOWDOWN", "GPU hardware slowdown active", Severity.ERROR, Role.INITIATING),
+    "power_cap": (
+        {"sw_power_cap", "power_violation"},
+        "GPU-POWER-CAP",
+        "GPU clocks held down by the power cap",
+        Severity.WARNING,
+        Role.SYMPTOM,
+    ),
 }
 POWER_CAP_CLOCK_DEFICIT = 0.10
 STRAGGLER_SLOWDOWN = 1.1
@@ -83,22 +91,30 @@ def analyze_gpu_health(
 # which rank ran on which GPU
 
 
-def _gpu_ranks(
-    samples: pl.DataFrame, events: pl.DataFrame, topology: pl.DataFrame | None, rank_pids: pl.DataFrame | None
-) -> pl.DataFrame:
-    gpus = pl.concat([
-        samples.select("host", "gpu", "pci_bus_id"),
-        events.filter(pl.col("pci_bus_id").is_not_null()).select("host", pl.lit(None, pl.Int32).alias("gpu"), "pci_bus_id"),
-    ]).unique(maintain_order=True)
+def _gpu_ranks(samples: pl.DataFrame, events: pl.DataFrame, topology: pl.DataFrame | None, rank_pids: pl.DataFrame | None) -> pl.DataFrame:
+    gpus = pl.concat(
+        [
+            samples.select("host", "gpu", "pci_bus_id"),
+            events.filter(pl.col("pci_bus_id").is_not_null()).select("host", pl.lit(None, pl.Int32).alias("gpu"), "pci_bus_id"),
+        ]
+    ).unique(maintain_order=True)
     known = gpus.filter(pl.col("gpu").is_not_null())
-    gpus = gpus.join(known.select("host", "pci_bus_id", gpu_known="gpu").unique(["host", "pci_bus_id"], keep="first"),
-                     on=["host", "pci_bus_id"], how="left", nulls_equal=True)
-    gpus = gpus.with_columns(gpu=pl.coalesce("gpu", "gpu_known")).drop("gpu_known").unique(["host", "pci_bus_id", "gpu"], maintain_order=True)
+    gpus = gpus.join(
+        known.select("host", "pci_bus_id", gpu_known="gpu").unique(["host", "pci_bus_id"], keep="first"),
+        on=["host", "pci_bus_id"],
+        how="left",
+        nulls_equal=True,
+    )
+    gpus = (
+        gpus.with_columns(gpu=pl.coalesce("gpu", "gpu_known")).drop("gpu_known").unique(["host", "pci_bus_id", "gpu"], maintain_order=True)
+    )
     mapped = empty(GPU_RANKS)
     if topology is not None and not topology.is_empty() and "pci_bus_id" in topology.columns:
         topo = (
-            topology.with_columns(pci_bus_id=pci_bus_id(pl.col("pci_bus_id").cast(pl.String)),
-                                  nranks=pl.col("nranks") if "nranks" in topology.columns else pl.lit(0))
+            topology.with_columns(
+                pci_bus_id=pci_bus_id(pl.col("pci_bus_id").cast(pl.String)),
+                nranks=pl.col("nranks") if "nranks" in topology.columns else pl.lit(0),
+            )
             .sort(["nranks", "rank"], descending=[True, False])
             .unique(["host", "pci_bus_id"], keep="first", maintain_order=True)
         )
@@ -108,14 +124,16 @@ def _gpu_ranks(
         # a GPU seen without host (dmesg without host hint) still maps when its bus id is unique
         unique_pci = exact.filter(pl.col("pci_bus_id").is_unique())
         hostless = gpus.filter(pl.col("host").is_null()).select("pci_bus_id").join(unique_pci, on="pci_bus_id")
-        mapped = pl.concat([mapped, conform(hostless.with_columns(host=pl.lit(None, pl.String),
-                                                                   rank_mapping=pl.lit("nccl_busid")), GPU_RANKS)])
+        mapped = pl.concat(
+            [mapped, conform(hostless.with_columns(host=pl.lit(None, pl.String), rank_mapping=pl.lit("nccl_busid")), GPU_RANKS)]
+        )
     assumed = _local_rank_convention(gpus, rank_pids)
     mapped = pl.concat([mapped, assumed])
     # GPUs named by samples/events keep their index from the samples
     # left_right keeps `mapped` in its order of preference (bus id before the local-rank guess)
-    out = gpus.join(mapped.rename({"gpu": "gpu_mapped"}), on=["host", "pci_bus_id"], how="left", nulls_equal=True,
-                    maintain_order="left_right")
+    out = gpus.join(
+        mapped.rename({"gpu": "gpu_mapped"}), on=["host", "pci_bus_id"], how="left", nulls_equal=True, maintain_order="left_right"
+    )
     out = out.with_columns(gpu=pl.coalesce("gpu", "gpu_mapped"))
     extra = mapped.join(gpus, on=["host", "pci_bus_id"], how="anti", nulls_equal=True, maintain_order="left")
     return (
@@ -165,12 +183,21 @@ def _with_ranks(findings: pl.DataFrame, ranks: pl.DataFrame, rank_pids: pl.DataF
 # findings
 
 
-def _finding(pattern: str, title: str, category: str, severity: str, role: str, row: dict[str, Any],
-             **captures: Any) -> dict[str, Any]:
+def _finding(pattern: str, title: str, category: str, severity: str, role: str, row: dict[str, Any], **captures: Any) -> dict[str, Any]:
     return {
-        "pattern": pattern, "title": title, "category": category, "severity": severity, "role": role,
-        "file": row.get("file"), "line": row.get("line"), "rank": None, "host": row.get("host"),
-        "time": row.get("time"), "text": row.get("text"), "gpu": row.get("gpu"), "pci_bus_id": row.get("pci_bus_id"),
+        "pattern": pattern,
+        "title": title,
+        "category": category,
+        "severity": severity,
+        "role": role,
+        "file": row.get("file"),
+        "line": row.get("line"),
+        "rank": None,
+        "host": row.get("host"),
+        "time": row.get("time"),
+        "text": row.get("text"),
+        "gpu": row.get("gpu"),
+        "pci_bus_id": row.get("pci_bus_id"),
         "captures": json.dumps({k: v for k, v in captures.items() if v is not None}, default=str, sort_keys=True),
     }
 
@@ -208,11 +235,24 @@ def _event_findings(events: pl.DataFrame, samples: pl.DataFrame) -> list[dict[st
             pattern, title = "PCIE-AER", "PCIe AER error"
         else:
             pattern, title = "KERN-HOST-OOM", f"Kernel OOM killer killed {ev['process']} (pid {ev['pid']})"
-        rows.append(_finding(
-            pattern, title, ev["category"] or Category.HARDWARE, ev["severity"] or Severity.WARNING,
-            ev["role"] or Role.SYMPTOM, ev, xid=code, mnemonic=ev["mnemonic"], fatal=ev["fatal"], count=ev["count"],
-            last_time=ev["last_time"], pid=ev["pid"], process=ev["process"], uuid=ev["uuid"],
-        ))
+        rows.append(
+            _finding(
+                pattern,
+                title,
+                ev["category"] or Category.HARDWARE,
+                ev["severity"] or Severity.WARNING,
+                ev["role"] or Role.SYMPTOM,
+                ev,
+                xid=code,
+                mnemonic=ev["mnemonic"],
+                fatal=ev["fatal"],
+                count=ev["count"],
+                last_time=ev["last_time"],
+                pid=ev["pid"],
+                process=ev["process"],
+                uuid=ev["uuid"],
+            )
+        )
     return rows
 
 
@@ -223,29 +263,69 @@ def _memory_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
     key = ["host", "pci_bus_id", "gpu"]
     rows = []
     checks = [
-        (pl.col("ecc_uncorrected_volatile") > 0, "GPU-ECC-UNCORRECTABLE", "Uncorrectable ECC errors since the last driver load",
-         Severity.CRITICAL, Role.INITIATING, "ecc_uncorrected_volatile"),
-        (pl.col("remapped_rows_failure").fill_null(False), "GPU-ROW-REMAP-FAILURE", "Row remapping failed: memory cannot be repaired",
-         Severity.CRITICAL, Role.INITIATING, "remapped_rows_uncorrectable"),
-        (pl.col("remapped_rows_pending").fill_null(False), "GPU-ROW-REMAP-PENDING", "Row remap pending: reset the GPU to activate it",
-         Severity.ERROR, Role.SYMPTOM, "remapped_rows_uncorrectable"),
-        (pl.col("retired_pages_pending").fill_null(False), "GPU-PAGE-RETIREMENT-PENDING",
-         "Page retirement pending: reset the GPU to retire the page", Severity.ERROR, Role.SYMPTOM, "retired_pages"),
+        (
+            pl.col("ecc_uncorrected_volatile") > 0,
+            "GPU-ECC-UNCORRECTABLE",
+            "Uncorrectable ECC errors since the last driver load",
+            Severity.CRITICAL,
+            Role.INITIATING,
+            "ecc_uncorrected_volatile",
+        ),
+        (
+            pl.col("remapped_rows_failure").fill_null(False),
+            "GPU-ROW-REMAP-FAILURE",
+            "Row remapping failed: memory cannot be repaired",
+            Severity.CRITICAL,
+            Role.INITIATING,
+            "remapped_rows_uncorrectable",
+        ),
+        (
+            pl.col("remapped_rows_pending").fill_null(False),
+            "GPU-ROW-REMAP-PENDING",
+            "Row remap pending: reset the GPU to activate it",
+            Severity.ERROR,
+            Role.SYMPTOM,
+            "remapped_rows_uncorrectable",
+        ),
+        (
+            pl.col("retired_pages_pending").fill_null(False),
+            "GPU-PAGE-RETIREMENT-PENDING",
+            "Page retirement pending: reset the GPU to retire the page",
+            Severity.ERROR,
+            Role.SYMPTOM,
+            "retired_pages",
+        ),
     ]
     ordered = samples.sort("time", "line", nulls_last=True)
     for condition, pattern, title, severity, role, value in checks:
         hits = ordered.filter(condition).group_by(key, maintain_order=True).agg(pl.all().first(), samples=pl.len())
         for row in hits.iter_rows(named=True):
-            rows.append(_finding(pattern, title, Category.HARDWARE, severity, role, _sample_row(row),
-                                 value=row[value], samples=row["samples"]))
+            rows.append(
+                _finding(pattern, title, Category.HARDWARE, severity, role, _sample_row(row), value=row[value], samples=row["samples"])
+            )
     # aggregate (lifetime) uncorrectable count rising while we watched
-    rising = ordered.filter(pl.col("ecc_uncorrected_aggregate").is_not_null()).group_by(key, maintain_order=True).agg(
-        pl.all().last(), first=pl.col("ecc_uncorrected_aggregate").first(),
-    ).filter(pl.col("ecc_uncorrected_aggregate") > pl.col("first"))
+    rising = (
+        ordered.filter(pl.col("ecc_uncorrected_aggregate").is_not_null())
+        .group_by(key, maintain_order=True)
+        .agg(
+            pl.all().last(),
+            first=pl.col("ecc_uncorrected_aggregate").first(),
+        )
+        .filter(pl.col("ecc_uncorrected_aggregate") > pl.col("first"))
+    )
     for row in rising.iter_rows(named=True):
-        rows.append(_finding("GPU-ECC-UNCORRECTABLE-NEW", "Lifetime uncorrectable ECC count increased during the run",
-                             Category.HARDWARE, Severity.CRITICAL, Role.INITIATING, _sample_row(row),
-                             before=row["first"], after=row["ecc_uncorrected_aggregate"]))
+        rows.append(
+            _finding(
+                "GPU-ECC-UNCORRECTABLE-NEW",
+                "Lifetime uncorrectable ECC count increased during the run",
+                Category.HARDWARE,
+                Severity.CRITICAL,
+                Role.INITIATING,
+                _sample_row(row),
+                before=row["first"],
+                after=row["ecc_uncorrected_aggregate"],
+            )
+        )
     return rows
 
 
@@ -259,9 +339,13 @@ def _throttle_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
     if samples.is_empty() or samples["throttle_reasons"].list.len().sum() == 0:
         return []
     key = ["host", "pci_bus_id", "gpu"]
-    ordered = samples.sort([*key, "time", "line"], nulls_last=True).with_columns(
-        dt_s=(pl.col("time").shift(-1).over(key) - pl.col("time")).dt.total_microseconds() / 1e6,
-    ).with_columns(dt_s=pl.col("dt_s").fill_null(pl.col("dt_s").median().over(key)))
+    ordered = (
+        samples.sort([*key, "time", "line"], nulls_last=True)
+        .with_columns(
+            dt_s=(pl.col("time").shift(-1).over(key) - pl.col("time")).dt.total_microseconds() / 1e6,
+        )
+        .with_columns(dt_s=pl.col("dt_s").fill_null(pl.col("dt_s").median().over(key)))
+    )
     rows = []
     for cls, (reasons, pattern, title, severity, role) in THROTTLE_CLASSES.items():
         active = pl.col("throttle_reasons").list.eval(pl.element().is_in(list(reasons))).list.any()
@@ -270,29 +354,47 @@ def _throttle_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
             active = active & ~pl.col("throttle_reasons").list.eval(pl.element().is_in(list(others))).list.any()
         flagged = ordered.with_columns(active=active.fill_null(False))
         host_clock = flagged.filter(~pl.col("active")).group_by("host").agg(clock_ok=pl.col("sm_clock_mhz").median())
-        stats = flagged.filter(pl.col("active")).group_by(key, maintain_order=True).agg(
-            pl.all().first(),
-            samples=pl.len(),
-            seconds=pl.col("dt_s").sum(),
-            end=(pl.col("time") + pl.duration(microseconds=(pl.col("dt_s").fill_null(0) * 1e6).cast(pl.Int64))).max(),
-            clock_min=pl.col("sm_clock_mhz").min(),
-            clock_mean=pl.col("sm_clock_mhz").mean(),
-            temp_max=pl.col("temperature_c").max(),
-            reasons=pl.col("throttle_reasons").list.explode(keep_nulls=False, empty_as_null=False).unique().sort(),
-        ).join(host_clock, on="host", how="left", nulls_equal=True)
+        stats = (
+            flagged.filter(pl.col("active"))
+            .group_by(key, maintain_order=True)
+            .agg(
+                pl.all().first(),
+                samples=pl.len(),
+                seconds=pl.col("dt_s").sum(),
+                end=(pl.col("time") + pl.duration(microseconds=(pl.col("dt_s").fill_null(0) * 1e6).cast(pl.Int64))).max(),
+                clock_min=pl.col("sm_clock_mhz").min(),
+                clock_mean=pl.col("sm_clock_mhz").mean(),
+                temp_max=pl.col("temperature_c").max(),
+                reasons=pl.col("throttle_reasons").list.explode(keep_nulls=False, empty_as_null=False).unique().sort(),
+            )
+            .join(host_clock, on="host", how="left", nulls_equal=True)
+        )
         for row in stats.iter_rows(named=True):
             deficit = None
             if row["clock_ok"] and row["clock_mean"] is not None:
                 deficit = round(1 - row["clock_mean"] / row["clock_ok"], 3)
             if cls == "power_cap" and (deficit is None or deficit < POWER_CAP_CLOCK_DEFICIT):
                 continue
-            rows.append(_finding(
-                pattern, title, Category.HARDWARE, severity, role, _sample_row(row),
-                throttle=cls, reasons=row["reasons"], samples=row["samples"],
-                seconds=None if row["seconds"] is None else round(row["seconds"], 3),
-                start=row["time"], end=row["end"], sm_clock_min_mhz=row["clock_min"],
-                sm_clock_unthrottled_mhz=row["clock_ok"], clock_deficit=deficit, temperature_max_c=row["temp_max"],
-            ))
+            rows.append(
+                _finding(
+                    pattern,
+                    title,
+                    Category.HARDWARE,
+                    severity,
+                    role,
+                    _sample_row(row),
+                    throttle=cls,
+                    reasons=row["reasons"],
+                    samples=row["samples"],
+                    seconds=None if row["seconds"] is None else round(row["seconds"], 3),
+                    start=row["time"],
+                    end=row["end"],
+                    sm_clock_min_mhz=row["clock_min"],
+                    sm_clock_unthrottled_mhz=row["clock_ok"],
+                    clock_deficit=deficit,
+                    temperature_max_c=row["temp_max"],
+                )
+            )
     return rows
 
 
@@ -301,18 +403,29 @@ def _missing_gpu_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
     timed = samples.filter(pl.col("time").is_not_null() & pl.col("pci_bus_id").is_not_null())
     if timed.is_empty():
         return []
-    per_gpu = timed.sort("time").group_by(["host", "source", "pci_bus_id"], maintain_order=True).agg(
-        pl.all().last(), interval=pl.col("time").diff().dt.total_microseconds().median() / 1e6,
+    per_gpu = (
+        timed.sort("time")
+        .group_by(["host", "source", "pci_bus_id"], maintain_order=True)
+        .agg(
+            pl.all().last(),
+            interval=pl.col("time").diff().dt.total_microseconds().median() / 1e6,
+        )
     )
     per_src = timed.group_by(["host", "source"]).agg(last_dump=pl.col("time").max())
     joined = per_gpu.join(per_src, on=["host", "source"], nulls_equal=True)
     tolerance = pl.max_horizontal(pl.col("interval").fill_null(0) * 1.5, pl.lit(1.0))
-    gone = joined.filter(
-        (pl.col("last_dump") - pl.col("time")).dt.total_microseconds() / 1e6 > tolerance
-    )
+    gone = joined.filter((pl.col("last_dump") - pl.col("time")).dt.total_microseconds() / 1e6 > tolerance)
     return [
-        _finding("GPU-MISSING", "GPU missing from later nvidia-smi output", Category.HARDWARE, Severity.ERROR,
-                 Role.INITIATING, _sample_row(row), last_seen=row["time"], last_dump=row["last_dump"])
+        _finding(
+            "GPU-MISSING",
+            "GPU missing from later nvidia-smi output",
+            Category.HARDWARE,
+            Severity.ERROR,
+            Role.INITIATING,
+            _sample_row(row),
+            last_seen=row["time"],
+            last_dump=row["last_dump"],
+        )
         for row in gone.iter_rows(named=True)
     ]
 
@@ -322,16 +435,23 @@ def _imbalance_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
     util = samples.filter(pl.col("sm_util_pct").is_not_null() & pl.col("gpu").is_not_null())
     if util.is_empty():
         return []
-    per_gpu = util.group_by(["host", "gpu", "pci_bus_id"], maintain_order=True).agg(
-        pl.all().first(), util_mean=pl.col("sm_util_pct").mean()
-    ).with_columns(host_median=pl.col("util_mean").median().over("host"), gpus=pl.len().over("host"))
-    low = per_gpu.filter(
-        (pl.col("gpus") >= 2) & (pl.col("host_median") >= 50) & (pl.col("util_mean") < pl.col("host_median") / 2)
+    per_gpu = (
+        util.group_by(["host", "gpu", "pci_bus_id"], maintain_order=True)
+        .agg(pl.all().first(), util_mean=pl.col("sm_util_pct").mean())
+        .with_columns(host_median=pl.col("util_mean").median().over("host"), gpus=pl.len().over("host"))
     )
+    low = per_gpu.filter((pl.col("gpus") >= 2) & (pl.col("host_median") >= 50) & (pl.col("util_mean") < pl.col("host_median") / 2))
     return [
-        _finding("GPU-UTIL-IMBALANCE", "GPU utilization far below its host's other GPUs", Category.STRAGGLER,
-                 Severity.WARNING, Role.SYMPTOM, _sample_row(row), sm_util_mean=round(row["util_mean"], 1),
-                 host_median=round(row["host_median"], 1))
+        _finding(
+            "GPU-UTIL-IMBALANCE",
+            "GPU utilization far below its host's other GPUs",
+            Category.STRAGGLER,
+            Severity.WARNING,
+            Role.SYMPTOM,
+            _sample_row(row),
+            sm_util_mean=round(row["util_mean"], 1),
+            host_median=round(row["host_median"], 1),
+        )
         for row in low.iter_rows(named=True)
     ]
 
@@ -356,10 +476,23 @@ def _straggler_links(findings: pl.DataFrame, metrics: pl.DataFrame | None) -> pl
         peers = window.filter(pl.col("rank") != row["rank"])["step_time_s"].median()
         if mine is None or peers is None or peers <= 0 or mine / peers < STRAGGLER_SLOWDOWN:
             continue
-        link = {**caps, "slowdown": round(mine / peers, 2), "rank_step_time_s": mine, "peer_step_time_s": peers,
-                "explains": "straggler", "throttle_pattern": row["pattern"]}
-        rows.append({**row, "pattern": "GPU-THROTTLE-STRAGGLER",
-                     "title": f"Rank {row['rank']} is {mine / peers:.2f}x slower while its GPU throttles",
-                     "severity": Severity.ERROR, "role": Role.INITIATING, "category": Category.HARDWARE,
-                     "captures": json.dumps(link, default=str, sort_keys=True)})
+        link = {
+            **caps,
+            "slowdown": round(mine / peers, 2),
+            "rank_step_time_s": mine,
+            "peer_step_time_s": peers,
+            "explains": "straggler",
+            "throttle_pattern": row["pattern"],
+        }
+        rows.append(
+            {
+                **row,
+                "pattern": "GPU-THROTTLE-STRAGGLER",
+                "title": f"Rank {row['rank']} is {mine / peers:.2f}x slower while its GPU throttles",
+                "severity": Severity.ERROR,
+                "role": Role.INITIATING,
+                "category": Category.HARDWARE,
+                "captures": json.dumps(link, default=str, sort_keys=True),
+            }
+        )
     return _frame(rows)

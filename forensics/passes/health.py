@@ -117,9 +117,7 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([stepped, unstepped.drop("_any")], how="vertical_relaxed")
 
 
-def health_proofs(
-    lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame, progress: pl.DataFrame | None = None
-) -> pl.DataFrame:
+def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataFrame, progress: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per proof of health: (kind, file, line, rank, text)."""
     completion = findings.filter(pl.col("category") == Category.NO_FAILURE).with_columns(kind=pl.lit("completion"))
     proofs = [conform(completion, PROOFS)]
@@ -134,8 +132,7 @@ def health_proofs(
     tail_metrics = _tails(lines).join(metrics.select("file", "line").unique(), on=["file", "line"], how="semi")
     ending_with_metrics = tail_metrics.select(STREAM).unique()
     all_progress = (
-        not metric_streams.is_empty()
-        and metric_streams.join(ending_with_metrics, on=STREAM, how="anti", nulls_equal=True).is_empty()
+        not metric_streams.is_empty() and metric_streams.join(ending_with_metrics, on=STREAM, how="anti", nulls_equal=True).is_empty()
     )
     if all_progress and stopped.is_empty() and too_short.is_empty():
         closing = tail_metrics.sort("line").group_by(STREAM, maintain_order=True).last().with_columns(kind=pl.lit("progressing"))

@@ -63,16 +63,20 @@ def loss_scale_collapse(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFr
     collapsed = scales.filter((pl.col("loss_scale") < COLLAPSED_SCALE) | (pl.col("loss_scale") * SCALE_DROP <= top))
     if collapsed.is_empty():
         return empty(FINDINGS)
-    found = _first(collapsed).join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left").with_columns(
-        pattern=pl.lit("METRIC002"),
-        title=pl.lit("The fp16 loss scale collapsed (overflow after overflow)"),
-        category=pl.lit("NUMERICAL"),
-        severity=pl.lit("critical"),
-        role=pl.lit("initiating"),
-        rank=pl.lit(None),
-        captures=pl.struct(
-            loss_scale=pl.col("loss_scale"), largest=pl.lit(top), collapsed_rows=pl.lit(collapsed.height)
-        ).struct.json_encode(),
+    found = (
+        _first(collapsed)
+        .join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left")
+        .with_columns(
+            pattern=pl.lit("METRIC002"),
+            title=pl.lit("The fp16 loss scale collapsed (overflow after overflow)"),
+            category=pl.lit("NUMERICAL"),
+            severity=pl.lit("critical"),
+            role=pl.lit("initiating"),
+            rank=pl.lit(None),
+            captures=pl.struct(
+                loss_scale=pl.col("loss_scale"), largest=pl.lit(top), collapsed_rows=pl.lit(collapsed.height)
+            ).struct.json_encode(),
+        )
     )
     return conform(found, FINDINGS)
 
@@ -86,14 +90,18 @@ def gradient_explosion(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFra
     exploded = norms.with_columns(trailing=trailing).filter(pl.col("grad_norm") > EXPLOSION * pl.col("trailing"))
     if exploded.is_empty():
         return empty(FINDINGS)
-    found = _first(exploded).join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left").with_columns(
-        pattern=pl.lit("METRIC003"),
-        title=pl.lit(f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)"),
-        category=pl.lit("NUMERICAL"),
-        severity=pl.lit("error"),
-        role=pl.lit("initiating"),
-        rank=pl.lit(None),
-        captures=pl.struct(step=pl.col("step"), grad_norm=pl.col("grad_norm"), trailing_median=pl.col("trailing")).struct.json_encode(),
+    found = (
+        _first(exploded)
+        .join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left")
+        .with_columns(
+            pattern=pl.lit("METRIC003"),
+            title=pl.lit(f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)"),
+            category=pl.lit("NUMERICAL"),
+            severity=pl.lit("error"),
+            role=pl.lit("initiating"),
+            rank=pl.lit(None),
+            captures=pl.struct(step=pl.col("step"), grad_norm=pl.col("grad_norm"), trailing_median=pl.col("trailing")).struct.json_encode(),
+        )
     )
     return conform(found.drop("trailing"), FINDINGS)
 

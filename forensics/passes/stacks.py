@@ -34,15 +34,24 @@ from forensics.schema import FINDINGS, conform, empty
 # (pattern id, category, role, title, frames that decide it)
 WAITS = [
     (
-        "STACK002", "CHECKPOINT_IO", "initiating", "Stack dump: a thread was inside checkpoint save/load code",
+        "STACK002",
+        "CHECKPOINT_IO",
+        "initiating",
+        "Stack dump: a thread was inside checkpoint save/load code",
         CHECKPOINT_FRAMES,
     ),
     (
-        "STACK001", "DATA_PIPELINE", "initiating", "Stack dump: the training thread was waiting for a DataLoader batch",
+        "STACK001",
+        "DATA_PIPELINE",
+        "initiating",
+        "Stack dump: the training thread was waiting for a DataLoader batch",
         r"torch/utils/data/dataloader\.py",  # the consumer's side; the pin-memory thread always idles
     ),
     (
-        "STACK003", "COLLECTIVE_TIMEOUT", "cascade", "Stack dump: a thread was waiting in a collective or barrier",
+        "STACK003",
+        "COLLECTIVE_TIMEOUT",
+        "cascade",
+        "Stack dump: a thread was waiting in a collective or barrier",
         r"torch/distributed/distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|barrier|monitored_barrier)\b.*torch/distributed",
     ),
 ]
@@ -54,11 +63,7 @@ def stack_waits(lines: pl.DataFrame) -> pl.DataFrame:
     if lines.is_empty():
         return empty(FINDINGS)
     headers = lines.lazy().filter(pl.col("text").str.contains(THREAD_HEADER)).select(*STREAM, header=pl.col("text").str.strip_chars())
-    frames = (
-        lines.lazy()
-        .join(headers, on=STREAM, how="inner", nulls_equal=True)
-        .filter(pl.col("text").str.contains(STACK_FRAME))
-    )
+    frames = lines.lazy().join(headers, on=STREAM, how="inner", nulls_equal=True).filter(pl.col("text").str.contains(STACK_FRAME))
     found = []
     for pattern, category, role, title, where in WAITS:
         deciding = (
@@ -95,12 +100,7 @@ def odd_stack_out(lines: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     rank = odd[0]
     main_first = pl.col("text").str.contains("Current thread|MainThread").not_()  # main thread's block sorts first
     block = headers.filter(pl.col("rank") == rank).sort(main_first, "file", "line").head(1).select("file", "block", "rank")
-    top = (
-        lines.join(block, on=["file", "block", "rank"], how="semi")
-        .filter(pl.col("text").str.contains(STACK_FRAME))
-        .sort("line")
-        .head(1)
-    )
+    top = lines.join(block, on=["file", "block", "rank"], how="semi").filter(pl.col("text").str.contains(STACK_FRAME)).sort("line").head(1)
     found = top.with_columns(
         pattern=pl.lit("STACK004"),
         title=pl.lit(f"Rank {rank} was the only one not waiting in a collective when the stacks were dumped"),
@@ -127,7 +127,11 @@ def what_the_stalled_rank_did(findings: pl.DataFrame) -> pl.DataFrame:
     explained = findings.join(doing, on="rank", how="left", maintain_order="left").with_columns(
         category=pl.when(stalled).then("_doing_category").otherwise("category"),
         title=pl.when(stalled)
-        .then(pl.format("{}; its own stack dump ({}) shows why: {}", "title", "_doing_at", pl.col("_doing_title").str.replace("^Stack dump: ", "")))
+        .then(
+            pl.format(
+                "{}; its own stack dump ({}) shows why: {}", "title", "_doing_at", pl.col("_doing_title").str.replace("^Stack dump: ", "")
+            )
+        )
         .otherwise("title"),
     )
     return explained.drop("_doing_category", "_doing_title", "_doing_at")

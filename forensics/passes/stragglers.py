@@ -66,11 +66,7 @@ def find_stragglers(metrics: pl.DataFrame, times: pl.DataFrame | None = None) ->
             median_s=pl.col("value").median(),
             peer_median_s=pl.col("value_median").median(),
         )
-        .filter(
-            (pl.col("steps") >= MIN_COMMON_STEPS)
-            & (pl.col("slowdown") >= MIN_RATIO)
-            & (pl.col("slow_share") >= MIN_SLOW_SHARE)
-        )
+        .filter((pl.col("steps") >= MIN_COMMON_STEPS) & (pl.col("slowdown") >= MIN_RATIO) & (pl.col("slow_share") >= MIN_SLOW_SHARE))
         .sort("slowdown", descending=True)
         .unique("rank", keep="first", maintain_order=True)
     )
@@ -95,7 +91,8 @@ def find_stragglers(metrics: pl.DataFrame, times: pl.DataFrame | None = None) ->
         severity=pl.lit("warning"),
         role=pl.lit("initiating"),
         text=pl.format("rank {} is {}x slower than the median rank: {}", pl.col("rank"), pl.col("slowdown").round(2), pl.col("evidence")),
-        captures=pl.struct(slowdown=pl.col("slowdown").round(3), slow_share=pl.col("slow_share").round(3), steps="steps").struct.json_encode(),
+        captures=pl.struct(
+            slowdown=pl.col("slowdown").round(3), slow_share=pl.col("slow_share").round(3), steps="steps"
+        ).struct.json_encode(),
     )
     return table, conform(findings, FINDINGS)
-

@@ -60,7 +60,12 @@ def combined_events(loads: list[TraceLoad]) -> pl.DataFrame:
         t.events.select(
             pl.lit(i, pl.Int32).alias("trace"),
             pl.lit(t.rank, pl.Int32).alias("rank"),
-            "cat", "name", "ts", "end", "stream", "correlation",
+            "cat",
+            "name",
+            "ts",
+            "end",
+            "stream",
+            "correlation",
         )
         for i, t in enumerate(loads)
     ]
@@ -70,9 +75,9 @@ def combined_events(loads: list[TraceLoad]) -> pl.DataFrame:
     origin = events["ts"].min()
     is_step = pl.col("name").str.contains("ProfilerStep", literal=True)
     steps = events.filter(is_step)["name"].n_unique()
-    launched_on_gpu = (
-        (pl.col("stream").fill_null(-1) >= 0) & (pl.col("correlation").fill_null(-1) >= 0)
-    ) | pl.col("name").is_in(_SYNC_NAMES)
+    launched_on_gpu = ((pl.col("stream").fill_null(-1) >= 0) & (pl.col("correlation").fill_null(-1) >= 0)) | pl.col("name").is_in(
+        _SYNC_NAMES
+    )
     events = events.with_columns(
         pl.col("ts") - origin,
         pl.col("end") - origin,
@@ -85,9 +90,7 @@ def combined_events(loads: list[TraceLoad]) -> pl.DataFrame:
 
 
 def _drop_last_step(events: pl.DataFrame) -> pl.DataFrame:
-    last_step = (
-        events.filter(~pl.col("_gpu") & pl.col("_step")).group_by("trace").agg(pl.col("ts").max().alias("_last_step"))
-    )
+    last_step = events.filter(~pl.col("_gpu") & pl.col("_step")).group_by("trace").agg(pl.col("ts").max().alias("_last_step"))
     events = events.join(last_step, on="trace", how="left")
     cpu = events.filter(~pl.col("_gpu") & (pl.col("_last_step").is_null() | (pl.col("ts") < pl.col("_last_step"))))
     gpu = events.filter(pl.col("_gpu"))
@@ -110,9 +113,7 @@ def merge_intervals(intervals: pl.DataFrame, by: str = "trace") -> pl.DataFrame:
     return (
         intervals.select(by, "ts", "end")
         .sort(by, "ts")
-        .with_columns(
-            (pl.col("ts") > pl.col("end").shift(1).cum_max().over(by)).fill_null(False).cum_sum().over(by).alias("_g")
-        )
+        .with_columns((pl.col("ts") > pl.col("end").shift(1).cum_max().over(by)).fill_null(False).cum_sum().over(by).alias("_g"))
         .group_by(by, "_g")
         .agg(pl.col("ts").min(), pl.col("end").max())
         .sort(by, "ts")
@@ -168,9 +169,7 @@ def breakdown_frame(loads: list[TraceLoad]) -> pl.DataFrame:
             pl.col("comp_union").fill_null(0).alias("compute_time_us"),
         )
         .with_columns((pl.col("kernel_time_us") - pl.col("gpu_union").fill_null(0)).alias("idle_time_us"))
-        .with_columns(
-            (pl.col("kernel_time_us") - pl.col("compute_time_us") - pl.col("idle_time_us")).alias("non_compute_time_us")
-        )
+        .with_columns((pl.col("kernel_time_us") - pl.col("compute_time_us") - pl.col("idle_time_us")).alias("non_compute_time_us"))
     )
     return table.select(
         "rank",
@@ -242,9 +241,7 @@ def kernel_type_breakdown(loads: list[TraceLoad], include_memory: bool = True) -
         .group_by("kernel_type")
         .agg(pl.col("span").sum().alias("sum_us"))
         .sort("sum_us", "kernel_type", descending=[True, False])
-        .with_columns(
-            (100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(1, mode="half_to_even").alias("percentage")
-        )
+        .with_columns((100 * pl.col("sum_us") / pl.col("sum_us").sum()).round(1, mode="half_to_even").alias("percentage"))
     )
 
 
@@ -252,9 +249,19 @@ def kernel_stats(loads: list[TraceLoad]) -> pl.DataFrame:
     """Per (kernel type, kernel name, rank): count and sum/max/min/mean/std (ddof=1, 0 for one call) of durations."""
     gpu = gpu_events(combined_events(loads))
     if gpu.is_empty():
-        return pl.DataFrame(schema={"kernel_type": pl.String, "name": pl.String, "rank": pl.Int32, "count": pl.UInt32,
-                                    "sum_us": pl.Int64, "max_us": pl.Int64, "min_us": pl.Int64,
-                                    "mean_us": pl.Float64, "std_us": pl.Float64})
+        return pl.DataFrame(
+            schema={
+                "kernel_type": pl.String,
+                "name": pl.String,
+                "rank": pl.Int32,
+                "count": pl.UInt32,
+                "sum_us": pl.Int64,
+                "max_us": pl.Int64,
+                "min_us": pl.Int64,
+                "mean_us": pl.Float64,
+                "std_us": pl.Float64,
+            }
+        )
     return (
         gpu.with_columns((pl.col("end") - pl.col("ts")).alias("dur"))
         .group_by("kernel_type", "name", "rank")
@@ -299,8 +306,7 @@ def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAI
     overhead); other: the rest. Like HTA: on the aligned, last-step-filtered trace; a GPU
     event's launch is the *last* CPU event carrying its correlation id.
     """
-    schema = {"rank": pl.Int32, "stream": pl.Int64, "idle_category": pl.String, "idle_time_us": pl.Int64,
-              "idle_time_ratio": pl.Float64}
+    schema = {"rank": pl.Int32, "stream": pl.Int64, "idle_category": pl.String, "idle_time_us": pl.Int64, "idle_time_ratio": pl.Float64}
     events = combined_events(loads)
     if events.is_empty():
         return pl.DataFrame(schema=schema)
@@ -311,7 +317,9 @@ def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAI
     # CPU side as HTA defines it: not on a stream and not a device sync event.
     runtime = (
         events.filter(
-            ~on_stream & pl.col("correlation").is_not_null() & (pl.col("correlation") != -1)
+            ~on_stream
+            & pl.col("correlation").is_not_null()
+            & (pl.col("correlation") != -1)
             & ~pl.col("name").fill_null("").is_in(_SYNC_NAMES)
         )
         .sort("trace", "ts", maintain_order=True)
@@ -320,8 +328,10 @@ def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAI
     )
     host_wait = (pl.col("ts_runtime") > pl.col("prev_end")).fill_null(False)
     category = (
-        pl.when(host_wait).then(pl.lit("host_wait"))
-        .when((pl.col("gap") < kernel_wait_us).fill_null(False)).then(pl.lit("kernel_wait"))
+        pl.when(host_wait)
+        .then(pl.lit("host_wait"))
+        .when((pl.col("gap") < kernel_wait_us).fill_null(False))
+        .then(pl.lit("kernel_wait"))
         .otherwise(pl.lit("other"))
     )
     # HTA quirk, kept for parity: a GPU event with no CPU partner gets index_correlation 0
@@ -345,9 +355,7 @@ def idle_time_breakdown(loads: list[TraceLoad], kernel_wait_us: int = KERNEL_WAI
         .with_columns(category.alias("idle_category"))
         .group_by("trace", "rank", "stream", "idle_category")
         .agg(pl.col("gap").sum().alias("idle_time_us"))
-        .with_columns(
-            (pl.col("idle_time_us") / pl.col("idle_time_us").sum().over("trace", "stream")).alias("idle_time_ratio")
-        )
+        .with_columns((pl.col("idle_time_us") / pl.col("idle_time_us").sum().over("trace", "stream")).alias("idle_time_ratio"))
         .sort("trace", "stream", "idle_category")
         .select(list(schema))
     )

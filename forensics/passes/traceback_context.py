@@ -125,10 +125,14 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
         # A line explained by a specific pattern stays explained; a generic one (an errno
         # that could come from anywhere) yields to the frames that say where it came from.
         # A line a pattern calls a consequence (cascade, teardown) is never made a cause.
-        explained = findings.filter(
-            ((pl.col("category") != "UNKNOWN") & ~pl.col("pattern").is_in(list(overrides)))
-            | pl.col("role").is_in(["cascade", "teardown"])
-        ).select("file", "line").unique()
+        explained = (
+            findings.filter(
+                ((pl.col("category") != "UNKNOWN") & ~pl.col("pattern").is_in(list(overrides)))
+                | pl.col("role").is_in(["cascade", "teardown"])
+            )
+            .select("file", "line")
+            .unique()
+        )
         unexplained = endings.join(explained.lazy(), on=["file", "line"], how="anti")
         deciding = (
             frames.filter(pl.col("text").str.contains(where))
@@ -182,9 +186,12 @@ def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, li
     block_of = lines.select("file", "line", "block").unique(["file", "line"])
     relabelled = context_findings.select("file", "line").join(block_of, on=["file", "line"]).select("file", "block").unique()
     in_block = (
-        findings.select("file", "line").join(block_of, on=["file", "line"], how="left")
+        findings.select("file", "line")
+        .join(block_of, on=["file", "line"], how="left")
         .join(relabelled.with_columns(_context=pl.lit(True)), on=["file", "block"], how="left")
     )
-    marked = findings.join(in_block.select("file", "line", "_context").unique(["file", "line"]), on=["file", "line"], how="left", maintain_order="left")
+    marked = findings.join(
+        in_block.select("file", "line", "_context").unique(["file", "line"]), on=["file", "line"], how="left", maintain_order="left"
+    )
     demote = marked["_context"].fill_null(False) & marked["pattern"].is_in(overridden)
     return marked.with_columns(role=pl.when(demote).then(pl.lit("symptom")).otherwise(pl.col("role"))).drop("_context")

@@ -23,8 +23,16 @@ def _present(tables: dict[str, pl.DataFrame], name: str) -> pl.DataFrame | None:
 
 def _state(frame: pl.DataFrame) -> str:
     rows = [
-        (cell(r["ranks"]), r["n_ranks"], cell(r["pg"]), cell(r["last_enqueued"]), cell(r["last_completed"]),
-         cell(r["timed_out_seq"]), cell(r["op_type"]), cell(r["state"]))  # fmt: skip
+        (
+            cell(r["ranks"]),
+            r["n_ranks"],
+            cell(r["pg"]),
+            cell(r["last_enqueued"]),
+            cell(r["last_completed"]),
+            cell(r["timed_out_seq"]),
+            cell(r["op_type"]),
+            cell(r["state"]),
+        )  # fmt: skip
         for r in frame.head(MAX_ROWS).iter_rows(named=True)
     ]
     out = table(["ranks", "n", "PG", "last enqueued", "last completed", "timed out at", "op", "state"], rows)
@@ -80,8 +88,13 @@ def _warns(frame: pl.DataFrame) -> str:
     kinds = (
         frame.sort("time", "file", "line", nulls_last=True)
         .group_by("kind", maintain_order=True)
-        .agg(pl.col("rank").drop_nulls().unique().sort(), pl.col("file").first(), pl.col("line").first(),
-             pl.col("msg").first(), pl.len().alias("n"))  # fmt: skip
+        .agg(
+            pl.col("rank").drop_nulls().unique().sort(),
+            pl.col("file").first(),
+            pl.col("line").first(),
+            pl.col("msg").first(),
+            pl.len().alias("n"),
+        )  # fmt: skip
     )
     rows = [
         (cell(r["kind"]), r["n"], cell(ranges(r["rank"])) or "—", where(r["file"], r["line"]), cell(r["msg"]))
@@ -108,4 +121,3 @@ def render_collectives(tables: dict[str, pl.DataFrame]) -> str:
     if not parts:
         return ""
     return "\n\n".join(["## Collectives and NCCL", *parts]) + "\n"
-

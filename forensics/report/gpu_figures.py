@@ -38,14 +38,13 @@ def render_gpu_figures(samples: pl.DataFrame, events: pl.DataFrame | None, out_d
             ax.set_ylabel(title)
             ax.grid(alpha=0.3)
         if timed and events is not None and not events.is_empty():
-            xids = events.filter(
-                (pl.col("host").fill_null(host) == host) & (pl.col("kind") == "xid") & pl.col("time").is_not_null()
-            )
+            xids = events.filter((pl.col("host").fill_null(host) == host) & (pl.col("kind") == "xid") & pl.col("time").is_not_null())
             for row in xids.iter_rows(named=True):
                 for ax in axes:
                     ax.axvline(row["time"], color="red", linestyle="--", linewidth=1)
-                axes[0].annotate(f"Xid {row['xid']}", (row["time"], 1), xycoords=("data", "axes fraction"),
-                                 color="red", fontsize=8, va="top")
+                axes[0].annotate(
+                    f"Xid {row['xid']}", (row["time"], 1), xycoords=("data", "axes fraction"), color="red", fontsize=8, va="top"
+                )
         axes[0].legend(loc="upper left", fontsize=7, ncol=4)
         axes[0].set_title(f"{host}: GPU health")
         axes[-1].set_xlabel("time (UTC)" if timed else "sample")

@@ -16,13 +16,24 @@ def render_gpu_section(incident: Incident) -> str | None:
     out = ["## GPU health", ""]
     if not findings.is_empty():
         rows = [
-            (cell(r["host"]), cell(r["gpu"]), cell(r["pci_bus_id"]), cell(r["rank"]), cell(r["title"]), cell(r["severity"]), where(r["file"], r["line"]))
+            (
+                cell(r["host"]),
+                cell(r["gpu"]),
+                cell(r["pci_bus_id"]),
+                cell(r["rank"]),
+                cell(r["title"]),
+                cell(r["severity"]),
+                where(r["file"], r["line"]),
+            )
             for r in findings.sort([pl.col("time").is_null(), "time"]).head(30).iter_rows(named=True)
         ]
         out += [table(["host", "GPU", "PCI", "rank", "finding", "severity", "where"], rows), ""]
     else:
         out += ["No GPU health finding in the dumps and kernel logs.", ""]
     if gpu_ranks is not None and not gpu_ranks.is_empty():
-        rows = [(cell(r["host"]), cell(r["gpu"]), cell(r["pci_bus_id"]), cell(r["rank"]), cell(r["rank_mapping"])) for r in gpu_ranks.head(64).iter_rows(named=True)]
+        rows = [
+            (cell(r["host"]), cell(r["gpu"]), cell(r["pci_bus_id"]), cell(r["rank"]), cell(r["rank_mapping"]))
+            for r in gpu_ranks.head(64).iter_rows(named=True)
+        ]
         out += ["Which rank ran on which GPU:", "", table(["host", "GPU", "PCI", "rank", "how we know"], rows), ""]
     return "\n".join(out)

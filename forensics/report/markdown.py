@@ -125,8 +125,13 @@ def _hypotheses(analysis: Analysis) -> list[str]:
     if len(hyps) < 2:
         return []
     rows = [
-        (f"`{h.category}`", f"{h.score:.2f}", cell(ranges(h.culprit_ranks)) if h.culprit_ranks else "—", cell(h.summary, 200),
-         where(h.evidence[0]["file"], h.evidence[0]["line"]) if h.evidence else "—")
+        (
+            f"`{h.category}`",
+            f"{h.score:.2f}",
+            cell(ranges(h.culprit_ranks)) if h.culprit_ranks else "—",
+            cell(h.summary, 200),
+            where(h.evidence[0]["file"], h.evidence[0]["line"]) if h.evidence else "—",
+        )
         for h in hyps
     ]
     return ["## Hypotheses considered", "", table(["category", "score", "ranks", "summary", "first evidence"], rows), ""]
@@ -151,7 +156,9 @@ def _ranks(analysis: Analysis) -> list[str]:
     rows = []
     for r in shown.iter_rows(named=True):
         last = r["last_time"].strftime("%H:%M:%S") if r["last_time"] else "—"
-        first_error = f"{where(r['first_error_file'], r['first_error_line'])} {cell(r['first_error_pattern'])}" if r["first_error_file"] else "—"
+        first_error = (
+            f"{where(r['first_error_file'], r['first_error_line'])} {cell(r['first_error_pattern'])}" if r["first_error_file"] else "—"
+        )
         rows.append((str(r["rank"]), cell(r["host"]), cell(r["status"]), cell(r["last_step"]), last, first_error))
     out += [table(["rank", "host", "status", "last step", "last line at", "first error"], rows), "", RANK_STATUS_LEGEND, ""]
     return out
@@ -181,8 +188,7 @@ def _unmatched(analysis: Analysis) -> list[str]:
     if frame.is_empty():
         return []
     rows = [
-        (str(r["count"]), str(r["ranks"]), where(r["file"], r["line"]), code(_short(r["text"], 200)))
-        for r in frame.iter_rows(named=True)
+        (str(r["count"]), str(r["ranks"]), where(r["file"], r["line"]), code(_short(r["text"], 200))) for r in frame.iter_rows(named=True)
     ]
     out = ["## Unmatched error lines", "", "Error-like lines no pattern explains, clustered by template (most frequent first):", ""]
     return out + [table(["count", "ranks", "first seen", "example"], rows), ""]

@@ -12,7 +12,14 @@ def render_timing(incident: Incident) -> str | None:
     out = []
     if periodicity is not None and not periodicity.is_empty():
         rows = [
-            (cell(r["signal"]), cell(r["rank"]), str(r["period_steps"]), f"{r['period_seconds']:.1f}", f"{r['strength']:.2f}", cell(r["explained_by"]))
+            (
+                cell(r["signal"]),
+                cell(r["rank"]),
+                str(r["period_steps"]),
+                f"{r['period_seconds']:.1f}",
+                f"{r['strength']:.2f}",
+                cell(r["explained_by"]),
+            )
             for r in periodicity.iter_rows(named=True)
         ]
         out += ["## Periodicity", "", table(["signal", "rank", "every N steps", "≈ seconds", "strength", "explained by"], rows), ""]

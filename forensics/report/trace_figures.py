@@ -12,8 +12,7 @@ import polars as pl
 
 from forensics.report.plotting import pyplot
 
-_PARTS = [("compute_time_us", "compute", "#4c72b0"), ("non_compute_time_us", "non-compute", "#dd8452"),
-          ("idle_time_us", "idle", "#c7c7c7")]
+_PARTS = [("compute_time_us", "compute", "#4c72b0"), ("non_compute_time_us", "non-compute", "#dd8452"), ("idle_time_us", "idle", "#c7c7c7")]
 
 
 def _rank_label(rank: int | None, index: int) -> str:

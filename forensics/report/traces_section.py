@@ -19,8 +19,15 @@ def render_traces_section(incident: Incident) -> str | None:
     if breakdown is None or breakdown.is_empty():
         return None
     rows = [
-        (cell(r["rank"]), cell(r["file"]), _number(r["kernel_time_us"], 1000, ".1f"), _number(r["idle_time_pctg"]),
-         _number(r["compute_time_pctg"]), _number(r["non_compute_time_pctg"]), _number(r["comp_comm_overlap_pctg"]))
+        (
+            cell(r["rank"]),
+            cell(r["file"]),
+            _number(r["kernel_time_us"], 1000, ".1f"),
+            _number(r["idle_time_pctg"]),
+            _number(r["compute_time_pctg"]),
+            _number(r["non_compute_time_pctg"]),
+            _number(r["comp_comm_overlap_pctg"]),
+        )
         for r in breakdown.sort("rank", nulls_last=True).head(MAX_TRACE_ROWS).iter_rows(named=True)
     ]
     out = [
@@ -33,27 +40,42 @@ def render_traces_section(incident: Incident) -> str | None:
     ]
     kernel_types = incident.tables.get("trace_kernel_types")
     if kernel_types is not None and not kernel_types.is_empty():
-        rows = [(cell(r["kernel_type"]), _number(r["sum_us"], 1000, ".1f"), _number(r["percentage"], 1, ".1f"))
-                for r in kernel_types.sort("sum_us", descending=True).iter_rows(named=True)]
+        rows = [
+            (cell(r["kernel_type"]), _number(r["sum_us"], 1000, ".1f"), _number(r["percentage"], 1, ".1f"))
+            for r in kernel_types.sort("sum_us", descending=True).iter_rows(named=True)
+        ]
         out += ["GPU time by what ran at once, all ranks:", "", table(["kernel types", "time (ms)", "%"], rows), ""]
     idle = incident.tables.get("trace_idle")
     if idle is not None and not idle.is_empty():
-        per_rank = idle.group_by("rank", "idle_category").agg(pl.col("idle_time_us").sum()).pivot(
-            "idle_category", index="rank", values="idle_time_us"
-        ).sort("rank", nulls_last=True)
+        per_rank = (
+            idle.group_by("rank", "idle_category")
+            .agg(pl.col("idle_time_us").sum())
+            .pivot("idle_category", index="rank", values="idle_time_us")
+            .sort("rank", nulls_last=True)
+        )
         kinds = [k for k in ("host_wait", "kernel_wait", "other") if k in per_rank.columns]
-        rows = [(cell(r["rank"]), *(_number(r[k], 1000, ".1f") for k in kinds)) for r in per_rank.head(MAX_TRACE_ROWS).iter_rows(named=True)]
+        rows = [
+            (cell(r["rank"]), *(_number(r[k], 1000, ".1f") for k in kinds)) for r in per_rank.head(MAX_TRACE_ROWS).iter_rows(named=True)
+        ]
         out += ["Idle GPU time by cause (ms; host_wait = the CPU launched late):", "", table(["rank", *kinds], rows), ""]
     top = incident.tables.get("trace_top_kernels")
     if top is not None and not top.is_empty():
-        rows = [(cell(r["name"], 90), cell(r["kernel_type"]), str(r["count"]), _number(r["sum_us"], 1000, ".1f"), _number(r["pctg"]))
-                for r in top.iter_rows(named=True)]
+        rows = [
+            (cell(r["name"], 90), cell(r["kernel_type"]), str(r["count"]), _number(r["sum_us"], 1000, ".1f"), _number(r["pctg"]))
+            for r in top.iter_rows(named=True)
+        ]
         out += ["Top kernels by GPU time:", "", table(["kernel", "type", "count", "time (ms)", "% of kernel time"], rows), ""]
     ranks = incident.tables.get("trace_ranks")
     if ranks is not None and not ranks.is_empty() and "wait_caused_us" in ranks.columns:
         top = ranks.sort("wait_caused_us", descending=True).head(5)
-        rows = [(cell(r["rank"]), _number(r["wait_caused_us"], 1000, ".1f"), cell(r["times_late"]), _number(r["slowdown"]))
-                for r in top.iter_rows(named=True)]
-        out += ["Ranks that made the others wait in collectives (kernel-duration matching across ranks):", "",
-                table(["rank", "waiting caused (ms)", "times late", "slowdown"], rows), ""]
+        rows = [
+            (cell(r["rank"]), _number(r["wait_caused_us"], 1000, ".1f"), cell(r["times_late"]), _number(r["slowdown"]))
+            for r in top.iter_rows(named=True)
+        ]
+        out += [
+            "Ranks that made the others wait in collectives (kernel-duration matching across ranks):",
+            "",
+            table(["rank", "waiting caused (ms)", "times late", "slowdown"], rows),
+            "",
+        ]
     return "\n".join(out)

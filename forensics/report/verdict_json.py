@@ -107,4 +107,3 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
 
 def render_json(analysis: Analysis) -> str:
     return json.dumps(verdict_document(analysis), indent=2, default=str) + "\n"
-

@@ -8,8 +8,8 @@ import polars as pl
 
 from forensics.incident import FileStatus, Incident
 from forensics.ingest.gpu import GPU_SAMPLES, parse_dmon, parse_gpu_csv, parse_nvidia_smi_query, parse_pmon, parse_topo
-from forensics.ingest.nccl import process_ranks
 from forensics.ingest.kernel_log import GPU_EVENTS, attach_boot_times, parse_kernel_log
+from forensics.ingest.nccl import process_ranks
 from forensics.ingest.timestamps import infer_year
 from forensics.passes.gpu_health import analyze_gpu_health
 from forensics.report.gpu_figures import render_gpu_figures
@@ -56,7 +56,9 @@ def rank_pids(incident: Incident) -> pl.DataFrame | None:
     parts = []
     topology = incident.tables.get("nccl_topology")
     if topology is not None and not topology.is_empty():
-        parts.append(process_ranks(topology).select(pl.col("global_rank").cast(pl.Int32).alias("rank"), pl.col("pid").cast(pl.Int64), pl.col("host")))
+        parts.append(
+            process_ranks(topology).select(pl.col("global_rank").cast(pl.Int32).alias("rank"), pl.col("pid").cast(pl.Int64), pl.col("host"))
+        )
     exits = incident.tables.get("exits")
     if exits is not None and not exits.is_empty():
         parts.append(exits.select(pl.col("rank").cast(pl.Int32), pl.col("pid").cast(pl.Int64), pl.col("host")))

@@ -15,6 +15,7 @@ from forensics.report.trace_figures import breakdown_bars, skew_heatmap
 from forensics.schema import FINDINGS, InputKind, InputStatus, conform, empty
 from forensics.steps.common import Progress
 
+
 def ingest_traces(incident: Incident, progress: Progress) -> None:
     paths = incident.paths_of_kind(InputKind.TRACE)
     if not paths:
