@@ -56,9 +56,6 @@ class Incident:
     step_errors: list[str] = field(default_factory=list)  # steps that failed on this input
     timings: list[tuple[str, float]] = field(default_factory=list)  # (stage, wall seconds), in run order
 
-    def table(self, name: str) -> pl.DataFrame | None:
-        return self.tables.get(name)
-
     def paths_of_kind(self, *kinds: str) -> list[str]:
         return self.inputs.filter(pl.col("kind").is_in(list(kinds)))["path"].to_list()
 

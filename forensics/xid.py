@@ -61,7 +61,3 @@ def xid_frame() -> pl.DataFrame:
     """The catalog as a frame with XID_CATALOG columns, one row per code."""
     rows = [vars(info) for info in xid_catalog().values()]
     return pl.DataFrame(rows, schema=XID_CATALOG)
-
-
-def xid_info(code: int) -> XidInfo | None:
-    return xid_catalog().get(code)

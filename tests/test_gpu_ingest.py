@@ -21,12 +21,12 @@ from gpu_samples import (
 )
 
 from forensics.ingest.gpu import (
-    normalize_pci,
     parse_dmon,
     parse_gpu_csv,
     parse_nvidia_smi_query,
     parse_pmon,
     parse_topo,
+    pci_bus_id,
     sniff_gpu_kind,
 )
 from forensics.ingest.kernel_log import attach_boot_times, parse_kernel_log
@@ -50,7 +50,7 @@ from forensics.ingest.kernel_log import attach_boot_times, parse_kernel_log
     ],
 )
 def test_pci_forms_normalize_to_one_key(raw, expected):
-    assert normalize_pci(raw) == expected
+    assert pl.select(pci_bus_id(pl.lit(raw, dtype=pl.String))).item() == expected
 
 
 def test_query_new_generation():

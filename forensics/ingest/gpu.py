@@ -139,11 +139,6 @@ def pci_bus_id(expr: pl.Expr) -> pl.Expr:
     return pl.coalesce(colon, nccl).str.to_uppercase()
 
 
-def normalize_pci(value: str | None) -> str | None:
-    """`pci_bus_id` for one value (tests, ad-hoc lookups)."""
-    return pl.select(pci_bus_id(pl.lit(value, dtype=pl.String))).item()
-
-
 # ---------------------------------------------------------------------------------------
 # shared helpers
 
