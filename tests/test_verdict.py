@@ -53,23 +53,19 @@ def verdict_of(rows: list[dict], lines: pl.DataFrame | None = None):
     return decide(findings, lines, ranks, unmatched, {}, world, proofs)
 
 
-def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
-    oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=10), OOM)
-    crowd = [
-        finding(
-            "NCCL_WD",
-            "COLLECTIVE_TIMEOUT",
-            "cascade",
-            f"rank_{r}.log",
-            200,
-            r,
-            T0 + timedelta(seconds=610),
-            WATCHDOG.format(r=r),
-            severity="error",
-        )
-        for r in range(64)
+def _watchdog_crowd(ranks: int, seconds: int, severity: str) -> list[dict]:
+    """Every rank but 5 timing out in the watchdog, `seconds` after T0."""
+    at = T0 + timedelta(seconds=seconds)
+    return [
+        finding("NCCL_WD", "COLLECTIVE_TIMEOUT", "cascade", f"rank_{r}.log", 200, r, at, WATCHDOG.format(r=r), severity=severity)
+        for r in range(ranks)
         if r != 5
     ]
+
+
+def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
+    oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=10), OOM)
+    crowd = _watchdog_crowd(64, seconds=610, severity="error")
     v = verdict_of([oom, *crowd])
     assert v.category == Category.CUDA_OOM
     assert v.culprit_ranks == [5]
@@ -82,21 +78,7 @@ def test_one_oom_and_a_crowd_of_timeouts_is_cuda_oom_on_that_rank():
 
 def test_the_crowd_does_not_win_by_numbers_even_when_earlier():
     oom = finding("OOM001", "CUDA_OOM", "initiating", "rank_5.log", 100, 5, T0 + timedelta(seconds=30), OOM)
-    crowd = [
-        finding(
-            "NCCL_WD",
-            "COLLECTIVE_TIMEOUT",
-            "cascade",
-            f"rank_{r}.log",
-            200,
-            r,
-            T0 + timedelta(seconds=1),
-            WATCHDOG.format(r=r),
-            severity="critical",
-        )
-        for r in range(1024)
-        if r != 5
-    ]
+    crowd = _watchdog_crowd(1024, seconds=1, severity="critical")
     assert verdict_of([oom, *crowd]).category == Category.CUDA_OOM
 
 

@@ -53,6 +53,12 @@ def _days_in_month(y: pl.Expr, mo: pl.Expr) -> pl.Expr:
     return days + ((mo == 2) & leap).cast(pl.Int32)
 
 
+def _full_date(groups: pl.Expr) -> pl.Expr:
+    """A timestamp from named groups y, mo, d, h, mi, s and the fraction f."""
+    parts = [_int(groups, name) for name in ("y", "mo", "d", "h", "mi", "s")]
+    return _build(*parts, _micros(groups.struct.field("f")))
+
+
 def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.Expr, us: pl.Expr) -> pl.Expr:
     """Datetime from components; null (never an error) for impossible dates like Feb 30."""
     valid = (
@@ -93,25 +99,9 @@ def _offset_minutes(tz: pl.Expr) -> pl.Expr:
 def _format_time(name: str, groups: pl.Expr, year: int) -> pl.Expr:
     """The datetime one format's extracted groups spell, or null."""
     if name == "iso":
-        return _build(
-            _int(groups, "y"),
-            _int(groups, "mo"),
-            _int(groups, "d"),
-            _int(groups, "h"),
-            _int(groups, "mi"),
-            _int(groups, "s"),
-            _micros(groups.struct.field("f")),
-        ) - pl.duration(minutes=_offset_minutes(groups.struct.field("tz").fill_null("")))
+        return _full_date(groups) - pl.duration(minutes=_offset_minutes(groups.struct.field("tz").fill_null("")))
     if name == "slash":
-        return _build(
-            _int(groups, "y"),
-            _int(groups, "mo"),
-            _int(groups, "d"),
-            _int(groups, "h"),
-            _int(groups, "mi"),
-            _int(groups, "s"),
-            _micros(groups.struct.field("f")),
-        )
+        return _full_date(groups)
     if name == "glog":
         month_day = _int(groups, "md")
         fraction = groups.struct.field("f")
