@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from forensics.cli import app
+from tests.test_traces import CONTRACT_KEYS
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "straggler_4rank"
 
@@ -19,16 +20,7 @@ def test_traces_cli_json_has_contract_fields():
     rows = json.loads(result.stdout)
     assert sorted(r["rank"] for r in rows) == [0, 1, 2, 3]
     for row in rows:
-        assert {
-            "kernel_time_us",
-            "idle_time_us",
-            "compute_time_us",
-            "non_compute_time_us",
-            "idle_time_pctg",
-            "compute_time_pctg",
-            "non_compute_time_pctg",
-            "comp_comm_overlap_pctg",
-        } <= row.keys()
+        assert set(CONTRACT_KEYS) <= row.keys()
         parts = row["idle_time_pctg"] + row["compute_time_pctg"] + row["non_compute_time_pctg"]
         assert abs(parts - 100) < 0.05 or row["kernel_time_us"] == 0
 

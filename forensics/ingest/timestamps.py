@@ -59,6 +59,11 @@ def _full_date(groups: pl.Expr) -> pl.Expr:
     return _build(*parts, _micros(groups.struct.field("f")))
 
 
+def _month_named(groups: pl.Expr, year: pl.Expr) -> pl.Expr:
+    """A whole-second timestamp from a month name (group mon) and groups d, h, mi, s."""
+    return _build(year, _month(groups.struct.field("mon")), *[_int(groups, n) for n in ("d", "h", "mi", "s")], pl.lit(0, pl.Int32))
+
+
 def _build(y: pl.Expr, mo: pl.Expr, d: pl.Expr, h: pl.Expr, mi: pl.Expr, s: pl.Expr, us: pl.Expr) -> pl.Expr:
     """Datetime from components; null (never an error) for impossible dates like Feb 30."""
     valid = (
@@ -117,24 +122,8 @@ def _format_time(name: str, groups: pl.Expr, year: int) -> pl.Expr:
             micros,
         )
     if name == "ctime":
-        return _build(
-            _int(groups, "y"),
-            _month(groups.struct.field("mon")),
-            _int(groups, "d"),
-            _int(groups, "h"),
-            _int(groups, "mi"),
-            _int(groups, "s"),
-            pl.lit(0, pl.Int32),
-        )
-    return _build(  # syslog
-        pl.lit(year, pl.Int32),
-        _month(groups.struct.field("mon")),
-        _int(groups, "d"),
-        _int(groups, "h"),
-        _int(groups, "mi"),
-        _int(groups, "s"),
-        pl.lit(0, pl.Int32),
-    )
+        return _month_named(groups, _int(groups, "y"))
+    return _month_named(groups, pl.lit(year, pl.Int32))  # syslog: the year is not in the line
 
 
 def times_of(texts: pl.Series, default_year: int) -> pl.Series:
