@@ -253,3 +253,12 @@ def test_a_horovod_stall_report_blames_the_missing_rank_not_the_reporter():
     assert blamed["text"][0] == (
         "Horovod stall report (from rank 0): rank 1 never submitted tensor HorovodBroadcast_dense_kernel_Momentum_0 that the others wait on"
     )
+
+
+def test_a_stall_report_naming_impossible_ranks_blames_nobody():
+    hostile = ["HorovodBroadcast_x_0 [missing ranks: 2000000000]", "Missing ranks:", "99999999999: [t, u]"]
+    lines = _lines(hostile)
+    stalls = parse_collectives(lines).filter(pl.col("kind") == "stall_report")
+    assert stalls["ranks_named"].to_list() == [[], []]
+    result = localize_hang(parse_collectives(lines), None, pl.DataFrame(schema={"nranks": pl.Int32}), [], None, lines=lines)
+    assert result.findings.filter(pl.col("pattern") == "HANG004").is_empty()

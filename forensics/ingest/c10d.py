@@ -17,7 +17,7 @@ import re
 import polars as pl
 
 from forensics.ingest.timestamps import plausible
-from forensics.schema import TIME, conform, empty
+from forensics.schema import MAX_RANKS, TIME, conform, empty
 
 COLLECTIVES: dict[str, pl.DataType] = {
     "file": pl.String,
@@ -116,6 +116,11 @@ def _kind(text: pl.Expr) -> pl.Expr:
     return expr
 
 
+def _plausible(ranks: pl.Expr) -> pl.Expr:
+    """Rank lists without numbers no job has (MAX_RANKS and above)."""
+    return ranks.list.filter(pl.element() < MAX_RANKS)
+
+
 def _ints(text: pl.Expr, pattern: str) -> pl.Expr:
     """'[1, 5, 7]' captured by `pattern` -> [1, 5, 7]."""
     return text.str.extract(pattern).str.split(", ").cast(pl.List(pl.Int32), strict=False)
@@ -198,7 +203,7 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
         ran_for_ms=work.struct.field("ran").cast(pl.Int64, strict=False),
         last_enqueued=pl.coalesce(progress.struct.field("enq"), dump.struct.field("enq")).cast(pl.Int64, strict=False),
         last_completed=pl.coalesce(progress.struct.field("done"), dump.struct.field("done")).cast(pl.Int64, strict=False),
-        ranks_named=named,
+        ranks_named=_plausible(named),
         detail=detail,
     )
     # Snapshot lines (`[0, 2] started ALLREDUCE`) take the seq of the `#N started ranks:` header above.
@@ -240,7 +245,7 @@ def _horovod_missing_ranks(lines: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             kind=pl.lit("stall_report"),
             detail=pl.lit("never_joined"),
-            ranks_named=pl.concat_list(row.struct.field("rank").cast(pl.Int32, strict=False)),
+            ranks_named=_plausible(pl.concat_list(row.struct.field("rank").cast(pl.Int32, strict=False))),
             op_type=row.struct.field("tensor"),
         )
     )

@@ -106,13 +106,13 @@ def _preprocessing_bars(lines: pl.DataFrame) -> pl.DataFrame:
 def _configured_timeout(waiting_lines: pl.DataFrame) -> dict | None:
     """The first timeout a waiting line states, in whole seconds, with its file and line."""
     text = pl.col("text")
-    hms = text.str.extract(TIMEOUT_HMS).str.split(":").list.eval(pl.element().cast(pl.Int64))
+    hms = text.str.extract(TIMEOUT_HMS).str.split(":")
     stated = (
         waiting_lines.with_columns(
             seconds=pl.coalesce(
                 pl.coalesce(text.str.extract(TIMEOUT_MS, 1), text.str.extract(TIMEOUT_MS, 2)).cast(pl.Int64, strict=False) // 1000,
                 text.str.extract(TIMEOUT_S).cast(pl.Int64, strict=False),
-                hms.list.get(0, null_on_oob=True) * 3600 + hms.list.get(1, null_on_oob=True) * 60 + hms.list.get(2, null_on_oob=True),
+                sum(hms.list.get(i, null_on_oob=True).cast(pl.Int64, strict=False) * unit for i, unit in enumerate((3600, 60, 1))),
             )
         )
         .filter(pl.col("seconds").is_not_null())

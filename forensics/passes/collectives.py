@@ -79,6 +79,10 @@ FR_MISMATCHES: dict[str, pl.DataType] = {
 }
 
 
+def _reporter(rank: int | None) -> str:
+    return "an untagged line" if rank is None else f"from rank {rank}"
+
+
 def rank_ranges(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 3, 7, 9, 10] -> '0-3, 7, 9-10'."""
     ordered = sorted(set(ranks))
@@ -372,7 +376,7 @@ def localize_hang(
             what, where = "never submitted", f"tensor {row['op_type']} that the others wait on"
         blame("HANG004", "Rank named by a desync or stall report", Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL,
               Role.INITIATING, rank, row,
-              f"{'Horovod stall' if horovod else 'desync'} report (from rank {row['rank']}): rank {rank} {what} {where}",
+              f"{'Horovod stall' if horovod else 'desync'} report ({_reporter(row['rank'])}): rank {rank} {what} {where}",
               {"reason": row["detail"], "seq": row["seq"], "reported_by": row["rank"], "pg_rank": not horovod})  # fmt: skip
 
     for rank, pg, seq, d in _op_mismatches(collectives):

@@ -31,6 +31,23 @@ def _first(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.sort([pl.col("time").is_null(), "time", "file", "line"]).head(1)
 
 
+def _job_wide_finding(rows: pl.DataFrame, lines: pl.DataFrame, pattern: str, title: str, severity: str, captures: pl.Expr) -> pl.DataFrame:
+    """The first of `rows` as an initiating NUMERICAL finding citing its line; no rank (a job-wide value)."""
+    return (
+        _first(rows)
+        .join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left")
+        .with_columns(
+            pattern=pl.lit(pattern),
+            title=pl.lit(title),
+            category=pl.lit("NUMERICAL"),
+            severity=pl.lit(severity),
+            role=pl.lit("initiating"),
+            rank=pl.lit(None),
+            captures=captures.struct.json_encode(),
+        )
+    )
+
+
 def non_finite(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     bad = metrics.filter(
         pl.col("loss").is_nan() | pl.col("loss").is_infinite() | pl.col("grad_norm").is_nan() | pl.col("grad_norm").is_infinite()
@@ -63,20 +80,9 @@ def loss_scale_collapse(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFr
     collapsed = scales.filter((pl.col("loss_scale") < COLLAPSED_SCALE) | (pl.col("loss_scale") * SCALE_DROP <= top))
     if collapsed.is_empty():
         return empty(FINDINGS)
-    found = (
-        _first(collapsed)
-        .join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left")
-        .with_columns(
-            pattern=pl.lit("METRIC002"),
-            title=pl.lit("The fp16 loss scale collapsed (overflow after overflow)"),
-            category=pl.lit("NUMERICAL"),
-            severity=pl.lit("critical"),
-            role=pl.lit("initiating"),
-            rank=pl.lit(None),
-            captures=pl.struct(
-                loss_scale=pl.col("loss_scale"), largest=pl.lit(top), collapsed_rows=pl.lit(collapsed.height)
-            ).struct.json_encode(),
-        )
+    captures = pl.struct(loss_scale=pl.col("loss_scale"), largest=pl.lit(top), collapsed_rows=pl.lit(collapsed.height))
+    found = _job_wide_finding(
+        collapsed, lines, "METRIC002", "The fp16 loss scale collapsed (overflow after overflow)", "critical", captures
     )
     return conform(found, FINDINGS)
 
@@ -90,19 +96,9 @@ def gradient_explosion(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFra
     exploded = norms.with_columns(trailing=trailing).filter(pl.col("grad_norm") > EXPLOSION * pl.col("trailing"))
     if exploded.is_empty():
         return empty(FINDINGS)
-    found = (
-        _first(exploded)
-        .join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left")
-        .with_columns(
-            pattern=pl.lit("METRIC003"),
-            title=pl.lit(f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)"),
-            category=pl.lit("NUMERICAL"),
-            severity=pl.lit("error"),
-            role=pl.lit("initiating"),
-            rank=pl.lit(None),
-            captures=pl.struct(step=pl.col("step"), grad_norm=pl.col("grad_norm"), trailing_median=pl.col("trailing")).struct.json_encode(),
-        )
-    )
+    captures = pl.struct(step=pl.col("step"), grad_norm=pl.col("grad_norm"), trailing_median=pl.col("trailing"))
+    title = f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)"
+    found = _job_wide_finding(exploded, lines, "METRIC003", title, "error", captures)
     return conform(found.drop("trailing"), FINDINGS)
 
 
