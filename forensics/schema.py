@@ -196,6 +196,13 @@ METRICS = frame(
     ("step_time_s", pl.Float64, "seconds per step (any logged unit, converted)"),
     ("data_time_s", pl.Float64, "seconds waiting for input, when the loop logs it"),
     ("loss_scale", pl.Float64, "mixed-precision loss scale"),
+    ("lr", pl.Float64, "learning rate (the first parameter group's where several are logged)"),
+    ("tokens_per_s", pl.Float64, "throughput in tokens per second"),
+    ("samples_per_s", pl.Float64, "throughput in samples per second"),
+    ("tflops", pl.Float64, "achieved TFLOP/s (per GPU where the framework says so)"),
+    ("mfu_pct", pl.Float64, "model FLOPs utilization, percent"),
+    ("memory_allocated_gib", pl.Float64, "GPU memory allocated, GiB"),
+    ("memory_reserved_gib", pl.Float64, "GPU memory reserved by the caching allocator, GiB"),
 )
 
 # No job has more ranks than this: a larger rank or world size in a name or a line is not one.

@@ -169,11 +169,13 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
     "text",
     [
         "[rank0]:[titan] 2025-03-12 11:10:21,603 - root - WARNING - Dataset c4_test is being re-looped",
-        "{'train_runtime': 326.3445, 'train_samples_per_second': 4.903, 'train_steps_per_second': 1.226, 'train_loss': 0.3935928952693939, 'epoch': 10.0}",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.2 GiB is free. Of the allocated memory 76.5 GiB is allocated by PyTorch, and 1.1 GiB is reserved by PyTorch but unallocated.",
+        "2020-07-31 22:40:50,985 - mmdet - INFO - Epoch [1][50/1749]	eta: 2:36:29, time: 1.807, data_time: 0.047, memory: 5280",
         "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
     ],
 )
-def test_lines_without_step_or_loss_give_no_row(text):
+def test_lines_without_a_known_measure_give_no_row(text):
+    """A memory figure without its unit (mmdet's `memory: 5280`) is not guessed; an OOM message is not a metric."""
     assert extract_metrics(lines_frame([text])).is_empty()
 
 
@@ -219,3 +221,79 @@ def test_loss_scale_changes_are_metric_rows(text, scale):
     """fp16 overflow notes (DeepSpeed, apex, fairseq) carry the new loss scale and nothing else."""
     row = extract_metrics(lines_frame([text])).row(0, named=True)
     assert row["loss_scale"] == scale and row["step"] is None and row["loss"] is None
+
+
+# (line, lr, tokens/s, samples/s, TFLOP/s, MFU %, allocated GiB, reserved GiB); None = not on the line.
+THROUGHPUT = [
+    pytest.param(
+        "[rank0]:[titan] 2025-03-12 11:10:21,511 - root - INFO - step: 22  loss:  6.2250  memory:  1.41GiB(1.79%)  tps: 193,831  tflops: 18.36  mfu: 1.86%",
+        None, 193831.0, None, 18.36, 1.86, 1.41, None,
+        id="torchtitan",
+    ),
+    pytest.param(
+        " [2024-04-06 02:56:58] iteration       15/     100 | consumed samples:         1920 | elapsed time per iteration (ms): 5926.4 | throughput per GPU (TFLOP/s/GPU): 220.4 | learning rate: 3.000000E-06 | global batch size:   128 | lm loss: 1.957101E+00 | load_balancing_loss: 1.069903E+00 | loss scale: 1.0 | grad norm: 2.853 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        3e-06, None, None, 220.4, None, None, None,
+        id="megatron-log-throughput",
+    ),
+    pytest.param(
+        " iteration     5426/  250000 | consumed samples:        43408 | consumed tokens:     88899584 | elapsed time per iteration (ms): 4247.9 | learning rate: 2.999E-04 | global batch size:     8 | loss scale: 1.0 | grad norm: nan | actual seqlen:  2048 | number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: 1.883 | TFLOPs: 78.36 |",
+        2.999e-04, None, 1.883, 78.36, None, None, None,
+        id="megatron-deepspeed",
+    ),
+    pytest.param(
+        "[2023-11-07 01:55:23,711] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=4, lr=[4.99804827338393e-05, 4.99804827338393e-05], mom=[(0.9, 0.95), (0.9, 0.95)]",
+        4.99804827338393e-05, None, None, None, None, None, None,
+        id="deepspeed-lr-list",
+    ),
+    pytest.param(
+        "[2023-11-07 01:55:23,714] [INFO] [timer.py:260:stop] epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=25.025771473496132, CurrSamplesPerSec=25.704280480541442, MemAllocated=4.32GB, MaxMemAllocated=38.49GB",
+        None, None, 25.704280480541442, None, None, 4.32, None,
+        id="deepspeed-timer",
+    ),
+    pytest.param(
+        "Training epoch 0, iteration 120/149 | lr: 3e-05 | consumed_samples: 121 | global_batch_size: 1 | global_step: 120 | reduced_train_loss: 1.233 | train_step_timing in s: 0.03146 | val_loss: 4.106",
+        3e-05, None, None, None, None, None, None,
+        id="nemo2",
+    ),
+    pytest.param(
+        "{'loss': 1.3736, 'grad_norm': 3.4177560806274414, 'learning_rate': 0.0001, 'epoch': 1.0}",
+        0.0001, None, None, None, None, None, None,
+        id="hf-trainer",
+    ),
+    pytest.param(
+        "{'train_runtime': 326.3445, 'train_samples_per_second': 4.903, 'train_steps_per_second': 1.226, 'train_loss': 0.3935928952693939, 'epoch': 10.0}",
+        None, None, 4.903, None, None, None, None,
+        id="hf-trainer-summary",
+    ),
+    pytest.param(
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 2048.0 | max allocated: 4096.0 | reserved: 5120.0 | max reserved: 5120.0",
+        None, None, None, None, None, 2.0, 5.0,
+        id="megatron-memory-report",
+    ),
+    pytest.param(
+        "step 40 | loss 2.1 | lr=0.001 | 12,480 tokens/s | mfu=0.41 | mem_allocated=10240MiB",
+        0.001, 12480.0, None, None, 41.0, 10.0, None,
+        id="plain-print-units",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "lr", "tokens", "samples", "tflops", "mfu", "allocated", "reserved"), THROUGHPUT)
+def test_learning_rate_throughput_and_memory(text, lr, tokens, samples, tflops, mfu, allocated, reserved):
+    """Units normalized: MB and GB as the frameworks print them (bytes / 1024**k), MFU fractions as percent."""
+    row = extract_metrics(lines_frame([text])).row(0, named=True)
+    want = {
+        "lr": lr, "tokens_per_s": tokens, "samples_per_s": samples, "tflops": tflops, "mfu_pct": mfu,
+        "memory_allocated_gib": allocated, "memory_reserved_gib": reserved,
+    }  # fmt: skip
+    for column, value in want.items():
+        assert same(row[column], value), (column, row[column], value)
+
+
+def test_throughput_alone_is_not_training_progress():
+    """A summary or a memory report is a metric row, but not proof that the loop is turning."""
+    from forensics.passes.health import training_progress
+
+    metrics = extract_metrics(lines_frame(["{'train_runtime': 326.3445, 'train_samples_per_second': 4.903}", "step 3 | loss 2.0"]))
+    assert metrics.height == 2
+    assert training_progress(metrics)["line"].to_list() == [2]

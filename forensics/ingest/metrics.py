@@ -1,10 +1,13 @@
-"""Training-metric lines -> the METRICS frame (step, loss, grad norm, step time, loss scale).
+"""Training-metric lines -> the METRICS frame (step, loss, lr, grad norm, times, throughput, memory).
 
 Formats from reference/formats.md 6: Megatron `iteration N/ M | ... lm loss: ... |`,
 torchtitan `step: N  loss: X`, DeepSpeed `step=N, skipped=`, NeMo 2 `iteration N/M |
 reduced_train_loss: ...`, Lightning `global_step=...`, HF Trainer dicts `{'loss': ...}`,
-plain `step N ... loss X` prints, and fp16 loss-scale notes (`reducing loss scale to 2.0`). A cheap literal filter selects candidate lines, then
-one short `str.extract` per field runs on those only (fast: performance.md).
+plain `step N ... loss X` prints, and fp16 loss-scale notes (`reducing loss scale to 2.0`).
+Units are normalized: durations to seconds, memory to GiB, MFU to percent, `7,282` and
+`1.63e+6` to numbers. A field whose unit is not stated or not known is left empty, never
+guessed. A cheap literal filter selects candidate lines, then one short `str.extract` per
+field runs on those only (fast: performance.md).
 """
 
 from __future__ import annotations
@@ -50,8 +53,43 @@ LOSS_SCALE = [
     r"\bloss[ _]scale[=:]\s*" + NUMBER,  # Megatron `loss scale: 1.0`, fairseq `loss_scale=0.25`
     r"\b(?:setting|reducing) loss scale to:?\s*" + NUMBER,  # fairseq/apex overflow notes
 ]
+LEARNING_RATE = [
+    r"\blearning rate:\s*" + NUMBER,  # Megatron `learning rate: 9.150E-06`
+    r"'learning_rate': '?" + NUMBER,  # HF Trainer dict
+    r"\blr=\[" + NUMBER,  # DeepSpeed `lr=[4.99e-05, 4.99e-05]`: the first group's
+    r"(?i)(?:^|[\s,|])lr[=:]\s*" + NUMBER,  # NeMo 2 `| lr: 3e-05 |`, plain `lr=0.001`
+]
+TOKENS_PER_SECOND = [
+    r"\btps:\s*" + NUMBER,  # torchtitan `tps: 193,831`
+    r"(?i)\btok(?:en)?s?[ _]?(?:/|per[ _])\s?s(?:ec(?:ond)?)?[=:]?\s*" + NUMBER,  # `tokens/s: 1234`, `tokens_per_second=`
+    NUMBER + r"\s*tok(?:en)?s?/s(?:ec)?\b",  # `12,345 tokens/s`
+]
+SAMPLES_PER_SECOND = [
+    r"\bCurrSamplesPerSec=" + NUMBER,  # DeepSpeed timer
+    r"(?i)samples[ _](?:per[ _]second|/s)'?[=:]?\s*'?" + NUMBER,  # Megatron-DeepSpeed, HF `'train_samples_per_second': 4.9`
+    NUMBER + r"\s*samples/s\b",
+]
+TFLOPS = [
+    r"\bthroughput per GPU \(TFLOP/s/GPU\):\s*" + NUMBER,  # Megatron --log-throughput
+    r"(?i)\btflops(?:/s)?[=:]\s*" + NUMBER,  # torchtitan `tflops: 18.36`, Megatron-DeepSpeed `TFLOPs: 78.36`
+]
+MFU = r"(?i)\bmfu[=:]?\s*(?P<value>\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?)\s*(?P<percent>%)?"
+# Memory: named groups `value` and `unit`; the unit is required.
+MEMORY_UNIT = r"(?P<unit>GiB|GB|MiB|MB)\b"
+MEMORY_ALLOCATED = [
+    r"\bmemory:\s*" + VALUE + r"\s*" + MEMORY_UNIT,  # torchtitan `memory: 66.91GiB(37.51%)`
+    r"\bMemAllocated=" + VALUE + MEMORY_UNIT,  # DeepSpeed timer
+    r"(?i)\bmem(?:ory)?[ _]allocated[=:]?\s*" + VALUE + r"\s*" + MEMORY_UNIT,
+    r"\bmemory \((?P<unit>MB)\) \| allocated:\s*" + VALUE,  # Megatron memory report
+]
+MEMORY_RESERVED = [
+    r"(?i)\bmem(?:ory)?[ _]reserved[=:]?\s*" + VALUE + r"\s*" + MEMORY_UNIT,
+    r"\bmemory \((?P<unit>MB)\) \|.*?\|\s*reserved:\s*" + VALUE,  # Megatron memory report
+]
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
-CANDIDATE = r"(?i)iter|step|loss|/it|it/s"
+# Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
+GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
+CANDIDATE = r"(?i)iter|step|loss|/it|it/s|/s|per[ _]sec|tflop|mfu|mem"
 
 
 def _first(patterns: list[str]) -> pl.Expr:
@@ -62,20 +100,43 @@ def _float(expr: pl.Expr) -> pl.Expr:
     return expr.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
 
 
-def _seconds(pattern: str) -> pl.Expr:
-    """The duration `pattern` captures (groups `value`, `unit`), in seconds."""
+def _scaled(pattern: str, factors: dict[str, float], default: float | None) -> pl.Expr:
+    """The quantity `pattern` captures (groups `value`, `unit`) times its unit's factor.
+
+    A missing unit group means `default` (None: no value); an unknown unit gives no value.
+    """
     groups = pl.col("text").str.extract_groups(pattern)
     unit = groups.struct.field("unit") if "(?P<unit>" in pattern else pl.lit(None, pl.String)
-    factor = unit.str.to_lowercase().replace_strict(SECONDS_PER, default=1.0, return_dtype=pl.Float64)
+    factor = unit.str.to_lowercase().replace_strict(factors, default=None, return_dtype=pl.Float64)
+    if default is not None:
+        factor = factor.fill_null(default)
     return _float(groups.struct.field("value")) * factor
 
 
 def _durations(patterns: list[str]) -> pl.Expr:
-    return pl.coalesce([_seconds(p) for p in patterns])
+    """Seconds; a duration logged without a unit is in seconds (`train_step_timing in s`)."""
+    return pl.coalesce([_scaled(p, SECONDS_PER | {"s": 1.0, "sec": 1.0}, 1.0) for p in patterns])
+
+
+def _gibibytes(patterns: list[str]) -> pl.Expr:
+    return pl.coalesce([_scaled(p, GIB_PER, None) for p in patterns])
+
+
+def _mfu_percent() -> pl.Expr:
+    """MFU in percent: `mfu: 34.29%` as is, a bare fraction (`mfu=0.43`, at most 1) times 100."""
+    groups = pl.col("text").str.extract_groups(MFU)
+    value = _float(groups.struct.field("value"))
+    percent = groups.struct.field("percent").is_not_null()
+    return pl.when(percent).then(value).when(value <= 1.0).then(value * 100.0).otherwise(None)
+
+
+# A line is a metric row when it carries one of these (grad norm and times come with a step).
+MEASURES = ("step", "loss", "loss_scale", "lr", "tokens_per_s", "samples_per_s", "tflops", "mfu_pct", "memory_allocated_gib")
 
 
 def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
-    """METRICS rows for every line that carries a step number or a loss."""
+    """METRICS rows for every line that carries a step, a loss, a loss scale, a learning rate,
+    a throughput or an allocated-memory figure."""
     if lines.is_empty():
         return empty(METRICS)
     candidates = lines.lazy().filter(pl.col("text").str.contains(CANDIDATE))
@@ -87,8 +148,15 @@ def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
             step_time_s=pl.coalesce(_durations(STEP_TIME), 1.0 / _float(pl.col("text").str.extract(ITERS_PER_SECOND))),
             data_time_s=_durations(DATA_TIME),
             loss_scale=_float(_first(LOSS_SCALE)),
+            lr=_float(_first(LEARNING_RATE)),
+            tokens_per_s=_float(_first(TOKENS_PER_SECOND)),
+            samples_per_s=_float(_first(SAMPLES_PER_SECOND)),
+            tflops=_float(_first(TFLOPS)),
+            mfu_pct=_mfu_percent(),
+            memory_allocated_gib=_gibibytes(MEMORY_ALLOCATED),
+            memory_reserved_gib=_gibibytes(MEMORY_RESERVED),
         )
-        .filter(pl.col("step").is_not_null() | pl.col("loss").is_not_null() | pl.col("loss_scale").is_not_null())
+        .filter(pl.any_horizontal(pl.col(name).is_not_null() for name in MEASURES))
         .collect()
     )
     return conform(metrics, METRICS)

@@ -33,13 +33,20 @@ PROGRESS_TAIL = 5
 MIN_PROGRESS_STEPS = 3
 # `iteration 120/ 5000`, `step 120/5000`, `iter [120/5000]`: the step and the announced total.
 PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
+# Fields that show the training loop turning; throughput or memory alone do not (an OOM message quotes memory).
+PROGRESS_FIELDS = ("step", "loss", "loss_scale")
 PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
 STREAM = ["file", "rank"]
 
 
+def training_progress(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The metric rows that carry a PROGRESS_FIELDS value."""
+    return metrics.filter(pl.any_horizontal(pl.col(name).is_not_null() for name in PROGRESS_FIELDS))
+
+
 def progress_lines(lines: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     """Metric lines that announce `N/M`, with N and M."""
-    metric_lines = metrics.select("file", "line").unique()
+    metric_lines = training_progress(metrics).select("file", "line").unique()
     return (
         lines.join(metric_lines, on=["file", "line"], how="semi")
         .with_columns(pl.col("text").str.extract_groups(PROGRESS_TOTAL).alias("_nm"))
@@ -67,6 +74,7 @@ def abrupt_stops(
     """STOP001/STOP002 findings: a file cut mid-line, a run stopped short of its announced total."""
     if lines.is_empty():
         return empty(FINDINGS)
+    metrics = training_progress(metrics)
     cut_files = inputs.filter(pl.col("cut_mid_line").fill_null(False))["path"].to_list()
     cut = (
         lines.filter(pl.col("file").is_in(cut_files))
@@ -121,6 +129,7 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
     """One row per proof of health: (kind, file, line, rank, text)."""
     completion = findings.filter(pl.col("category") == Category.NO_FAILURE).with_columns(kind=pl.lit("completion"))
     proofs = [conform(completion, PROOFS)]
+    metrics = training_progress(metrics)
     if lines.is_empty() or metrics.is_empty():
         return pl.concat(proofs)
     last = _last_progress(progress if progress is not None else progress_lines(lines, metrics))
