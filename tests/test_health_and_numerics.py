@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from forensics.flow import analyze
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.health import abrupt_stops, health_proofs
-from forensics.passes.numerics import numerical_findings
+from forensics.passes.numerics import numerical_findings, numerics_table
 from forensics.passes.traceback_context import classify_by_frames, uncaught_exceptions
 from forensics.schema import FINDINGS, INPUTS
 from tests.conftest import lines_frame
@@ -57,12 +58,17 @@ def test_a_run_that_stops_stepping_short_of_its_total_is_flagged_weakly():
     assert json.loads(stops["captures"][0]) == {"step": 10, "total": 1000000}
 
 
+def _numerical(lines):
+    metrics = extract_metrics(lines)
+    return numerical_findings(numerics_table(metrics), metrics, lines)
+
+
 def test_nan_loss_for_many_steps_is_numerical_from_its_first_line():
     # lion-pytorch#9 style: loss explodes, then is nan every epoch while training goes on
     lines = lines_frame(
         ["E5 iter[ 14/ 15] | [Loss] 51566519.44", "E6 iter[ 14/ 15] | [Loss] nan | [exp] ./exp/0125/car", "E7 iter[ 14/ 15] | [Loss] nan"]
     )
-    found = numerical_findings(extract_metrics(lines), lines)
+    found = _numerical(lines)
     assert found.select("pattern", "line", "category", "role").rows() == [("METRIC001", 2, "NUMERICAL", "initiating")]
     assert found["rank"].to_list() == [None]  # one rank logs an all-reduced loss: no culprit
 
@@ -74,9 +80,9 @@ def test_loss_scale_collapse_is_numerical_and_a_stable_scale_is_not():
             "NOTE: overflow detected, setting loss scale to: 0.000244140625",
         ]
     )
-    assert numerical_findings(extract_metrics(collapsing), collapsing)["pattern"].to_list() == ["METRIC002"]
+    assert _numerical(collapsing)["pattern"].to_list() == ["METRIC002"]
     stable = lines_frame(["[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 65536.0, reducing to 32768.0"])
-    assert numerical_findings(extract_metrics(stable), stable).is_empty()
+    assert _numerical(stable).is_empty()
 
 
 CUT_TRACEBACK = [  # deepspeedai/DeepSpeed#7650: the excerpt ends inside save_checkpoint's traceback
@@ -187,16 +193,14 @@ def test_the_protocol_s_own_lines_give_rank_step_and_loss_and_a_nan_run_that_com
 
 
 def test_a_gradient_norm_far_above_its_recent_median_is_an_explosion_and_steady_noise_is_not():
-    from forensics.passes.numerics import gradient_explosion
-
     # Megatron's iteration line (reference/formats.md 6) with the grad norm of a run that blows up at step 31.
     norms = [0.23 + 0.05 * (i % 4) for i in range(1, 31)] + [87.5, 1.2e4]
     texts = [f" iteration {i:8d}/  250000 | lm loss: 2.50E+00 | loss scale: 1.0 | grad norm: {g:.3f} |" for i, g in enumerate(norms, 1)]
     lines = lines_frame(texts)
-    found = gradient_explosion(extract_metrics(lines), lines)
+    found = _numerical(lines)
     assert found.select("pattern", "line", "category").rows() == [("METRIC003", 31, "NUMERICAL")]
     steady = lines_frame(texts[:30])
-    assert gradient_explosion(extract_metrics(steady), steady).is_empty()
+    assert _numerical(steady).is_empty()
 
 
 def test_progress_counts_steps_since_the_step_counter_last_went_back(incident):
@@ -217,3 +221,57 @@ def test_progress_counts_steps_since_the_step_counter_last_went_back(incident):
     assert (restarted.category, restarted.state) == ("NO_FAILURE", "healthy")
     too_soon = analyze(incident({"console.log": before + "".join(titan.format(s=30 + s, step=s) for s in range(5, 7))})).verdict
     assert too_soon.state == "unknown"
+
+
+def _loss_lines(losses, lr=None):
+    """Megatron iteration lines (reference/formats.md 6.1) carrying `losses`, one per step."""
+    return lines_frame(
+        [
+            f" iteration {i:8d}/  250000 | learning rate: 3.000E-04 | lm loss: {loss:.6E} | loss scale: 1.0 |"
+            for i, loss in enumerate(losses, 1)
+        ]
+    )
+
+
+def _noisy_curve(seed, steps=400, start=10.5, floor=2.8, noise=0.03):
+    """A pretraining loss: exponential decay to a floor, with multiplicative noise."""
+    import math
+    import random
+
+    rnd = random.Random(seed)
+    return [(floor + (start - floor) * math.exp(-i / 60)) * (1 + rnd.gauss(0, noise)) for i in range(steps)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_noisy_healthy_loss_curve_has_no_spike_and_no_divergence(seed):
+    assert numerics_table(extract_metrics(_loss_lines(_noisy_curve(seed)))).is_empty()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_loss_that_climbs_back_and_stays_up_diverges_from_its_onset(seed):
+    curve = _noisy_curve(seed, steps=200)
+    blown = curve[:150] + [curve[149] * (1.5 + 0.2 * i) for i in range(50)]  # learning rate blow-up at step 151
+    lines = _loss_lines(blown)
+    found = _numerical(lines)
+    divergence = found.filter(pl.col("pattern") == "METRIC005")
+    assert divergence.height == 1 and divergence["severity"][0] == "error"
+    step = json.loads(divergence["captures"][0])["step"]
+    assert 151 <= step <= 160  # the smoothed loss crosses twice its best within a few steps of the blow-up
+
+
+def test_one_spike_that_recovers_is_an_anomaly_not_a_failure():
+    curve = _noisy_curve(3, steps=200)
+    curve[120] = curve[119] * 4  # one bad batch
+    found = _numerical(_loss_lines(curve))
+    assert found.select("pattern", "line", "severity").rows() == [("METRIC004", 121, "info")]
+
+
+def test_a_policy_loss_that_crosses_zero_is_not_judged_for_spikes_or_divergence():
+    losses = [(-0.4 if i < 100 else 0.05) + 0.01 * (i % 3) for i in range(200)]
+    assert numerics_table(extract_metrics(_loss_lines(losses))).is_empty()
+
+
+def test_a_restart_does_not_read_as_divergence():
+    curve = _noisy_curve(1, steps=200)
+    restarted = _loss_lines(curve[:200]).vstack(_loss_lines(curve[:60]).with_columns(pl.col("line") + 200))
+    assert numerics_table(extract_metrics(restarted)).filter(pl.col("kind") == "divergence").is_empty()

@@ -1,17 +1,28 @@
 """Numerical failure read from the training metrics themselves, whatever the log's wording.
 
+Every detector returns anomaly rows (NUMERICS: kind, file, line, rank, step, value,
+reference); `numerical_findings` turns the first row of each kind into a finding that
+cites its line, and the whole table goes to verdict.json as `numerics`.
+
 Notes:
-    - METRIC001 non-finite: the first metric row whose loss or gradient norm is NaN or
-      Inf. A run that logs `loss nan` for hundreds of steps and completes is NUMERICAL,
-      not healthy. The loss printed by one rank is usually all-reduced, so the finding
-      names a rank only when several ranks log metrics and not all of them went bad.
-    - METRIC002 loss-scale collapse: the fp16 dynamic loss scale fell below
-      COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged: overflow after
-      overflow, the scaler has nothing left to give.
-    - METRIC003 gradient explosion: a finite gradient norm EXPLOSION times the median
-      of the same stream's TRAIL norms before it (at least MIN_TRAIL of them): the
-      update that follows throws the weights far off, the usual step before NaN.
-    Each cites the first line that shows it; captures hold the step and counts.
+    A stream is one (file, rank); where it logs steps, a step counter that goes back (a
+    restart) starts a new segment, and no detector compares across segments.
+    - non_finite (METRIC001): the first loss or gradient norm that is NaN or Inf. A run
+      that logs `loss nan` for hundreds of steps and completes is NUMERICAL, not healthy.
+      The loss printed by one rank is usually all-reduced, so the finding names a rank
+      only when several ranks log metrics and not all of them went bad.
+    - loss_scale_collapse (METRIC002): the fp16 dynamic loss scale fell below
+      COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged.
+    - grad_explosion (METRIC003): a finite gradient norm EXPLOSION times the median of
+      the same stream's TRAIL norms before it (at least MIN_TRAIL of them).
+    - loss_spike (METRIC004, info): a loss at least SPIKE_RISE above the median of its
+      TRAIL predecessors, and at least SPIKE_Z robust z-scores (median/MAD of the stream's
+      relative step-to-step changes) out: an anomaly worth a look, not a failure.
+      Spikes and divergence judge only segments of MIN_LOSS_POINTS positive losses.
+    - divergence (METRIC005): the loss smoothed over SMOOTH points climbs to DIVERGED_RATIO
+      times its best value so far, having lost at least half the progress made from
+      its start, and never comes back below that line to the end of the stream (at least
+      PERSIST points): training is undoing itself without a single NaN.
 """
 
 from __future__ import annotations
@@ -25,85 +36,148 @@ SCALE_DROP = 2.0**12
 EXPLOSION = 100.0
 TRAIL = 20
 MIN_TRAIL = 5
+SPIKE_RISE = 0.5
+SPIKE_Z = 6.0
+SMOOTH = 5
+DIVERGED_RATIO = 2.0
+PERSIST = 3
+MIN_LOSS_POINTS = 10
+
+NUMERICS = {
+    "kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "step": pl.Int64,
+    "value": pl.Float64, "reference": pl.Float64,
+}  # fmt: skip
+# kind -> (pattern, title, severity); the first row of each kind becomes the finding.
+KINDS = {
+    "non_finite": ("METRIC001", "The logged {field} turned NaN/Inf", "critical"),
+    "loss_scale_collapse": ("METRIC002", "The fp16 loss scale collapsed (overflow after overflow)", "critical"),
+    "grad_explosion": ("METRIC003", f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)", "error"),
+    "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
+    "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
+}
+STREAM = [pl.col("file"), pl.col("rank").fill_null(-1)]
 
 
-def _first(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.sort([pl.col("time").is_null(), "time", "file", "line"]).head(1)
+def _segmented(rows: pl.DataFrame) -> pl.DataFrame:
+    """`rows` in line order with `segment`: the stream's count of step-counter resets so far."""
+    reset = (pl.col("step") < pl.col("step").forward_fill().shift(1)).fill_null(False)
+    return rows.sort("file", "line").with_columns(segment=reset.cum_sum().over(STREAM))
 
 
-def _job_wide_finding(rows: pl.DataFrame, lines: pl.DataFrame, pattern: str, title: str, severity: str, captures: pl.Expr) -> pl.DataFrame:
-    """The first of `rows` as an initiating NUMERICAL finding citing its line; no rank (a job-wide value)."""
-    return (
-        _first(rows)
-        .join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left")
-        .with_columns(
-            pattern=pl.lit(pattern),
-            title=pl.lit(title),
-            category=pl.lit("NUMERICAL"),
-            severity=pl.lit(severity),
-            role=pl.lit("initiating"),
-            rank=pl.lit(None),
-            captures=captures.struct.json_encode(),
-        )
-    )
+def _anomalies(rows: pl.DataFrame, kind: str, value: str | pl.Expr, reference: pl.Expr | None = None) -> pl.DataFrame:
+    return rows.select(
+        kind=pl.lit(kind),
+        file="file",
+        line="line",
+        rank="rank",
+        step="step",
+        value=pl.col(value) if isinstance(value, str) else value,
+        reference=reference if reference is not None else pl.lit(None, pl.Float64),
+    ).cast(NUMERICS)
 
 
-def non_finite(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    bad = metrics.filter(
-        pl.col("loss").is_nan() | pl.col("loss").is_infinite() | pl.col("grad_norm").is_nan() | pl.col("grad_norm").is_infinite()
-    )
-    if bad.is_empty():
-        return empty(FINDINGS)
-    first = _first(bad)
-    loggers = metrics.filter(pl.col("loss").is_not_null() | pl.col("grad_norm").is_not_null())["rank"].n_unique()
-    blame_rank = loggers > 1 and bad["rank"].n_unique() < loggers
-    field = "loss" if first["loss"].is_nan().fill_null(False).any() or first["loss"].is_infinite().fill_null(False).any() else "grad_norm"
-    found = first.join(lines.select("file", "line", "text", "host"), on=["file", "line"], how="left").with_columns(
-        pattern=pl.lit("METRIC001"),
-        title=pl.lit(f"The logged {field.replace('_', ' ')} turned NaN/Inf"),
-        category=pl.lit("NUMERICAL"),
-        severity=pl.lit("critical"),
-        role=pl.lit("initiating"),
-        rank=pl.col("rank") if blame_rank else pl.lit(None),
-        captures=pl.struct(
-            field=pl.lit(field), step=pl.col("step"), non_finite_rows=pl.lit(bad.height), metric_rows=pl.lit(metrics.height)
-        ).struct.json_encode(),
-    )
-    return conform(found, FINDINGS)
+def non_finite(metrics: pl.DataFrame) -> pl.DataFrame:
+    bad = metrics.filter(~pl.col("loss").is_finite() | ~pl.col("grad_norm").is_finite())
+    value = pl.when(pl.col("loss").is_finite().not_()).then("loss").otherwise("grad_norm")
+    return _anomalies(bad, "non_finite", value)
 
 
-def loss_scale_collapse(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    scales = metrics.filter(pl.col("loss_scale").is_not_null() & pl.col("loss_scale").is_finite())
+def loss_scale_collapse(metrics: pl.DataFrame) -> pl.DataFrame:
+    scales = metrics.filter(pl.col("loss_scale").is_finite())
     if scales.is_empty():
-        return empty(FINDINGS)
+        return pl.DataFrame(schema=NUMERICS)
     top = scales["loss_scale"].max()
     collapsed = scales.filter((pl.col("loss_scale") < COLLAPSED_SCALE) | (pl.col("loss_scale") * SCALE_DROP <= top))
-    if collapsed.is_empty():
-        return empty(FINDINGS)
-    captures = pl.struct(loss_scale=pl.col("loss_scale"), largest=pl.lit(top), collapsed_rows=pl.lit(collapsed.height))
-    found = _job_wide_finding(
-        collapsed, lines, "METRIC002", "The fp16 loss scale collapsed (overflow after overflow)", "critical", captures
+    return _anomalies(collapsed, "loss_scale_collapse", "loss_scale", pl.lit(top))
+
+
+def _trailing_median(column: str) -> pl.Expr:
+    return pl.col(column).shift(1).rolling_median(window_size=TRAIL, min_samples=MIN_TRAIL).over([*STREAM, "segment"])
+
+
+def grad_explosion(metrics: pl.DataFrame) -> pl.DataFrame:
+    norms = _segmented(metrics.filter(pl.col("grad_norm").is_finite())).with_columns(trailing=_trailing_median("grad_norm"))
+    exploded = norms.filter(pl.col("grad_norm") > EXPLOSION * pl.col("trailing"))
+    return _anomalies(exploded, "grad_explosion", "grad_norm", pl.col("trailing"))
+
+
+def _losses(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Finite losses per stream segment, in line order; only segments of MIN_LOSS_POINTS or more
+    that are all positive (a policy or adversarial loss that crosses zero has no ratios)."""
+    segment = [*STREAM, "segment"]
+    losses = _segmented(metrics.filter(pl.col("loss").is_finite()))
+    keep = (pl.len().over(segment) >= MIN_LOSS_POINTS) & (pl.col("loss").min().over(segment) > 0)
+    return losses.filter(keep)
+
+
+def loss_spikes(metrics: pl.DataFrame) -> pl.DataFrame:
+    losses = _losses(metrics)
+    segment = [*STREAM, "segment"]
+    change = (pl.col("loss") / pl.col("loss").shift(1) - 1).over(segment)
+    mad = (pl.col("change") - pl.col("change").median()).abs().median().over(segment) * 1.4826
+    scored = losses.with_columns(trailing=_trailing_median("loss"), change=change).with_columns(
+        z=(pl.col("change") - pl.col("change").median().over(segment)) / mad
     )
-    return conform(found, FINDINGS)
+    spiked = scored.filter((pl.col("loss") > (1 + SPIKE_RISE) * pl.col("trailing")) & (pl.col("z") >= SPIKE_Z))
+    return _anomalies(spiked, "loss_spike", "loss", pl.col("trailing"))
 
 
-def gradient_explosion(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    norms = metrics.filter(pl.col("grad_norm").is_not_null() & pl.col("grad_norm").is_finite()).sort("file", "line")
-    if norms.height <= MIN_TRAIL:
-        return empty(FINDINGS)
-    stream = [pl.col("file"), pl.col("rank").fill_null(-1)]
-    trailing = pl.col("grad_norm").shift(1).rolling_median(window_size=TRAIL, min_samples=MIN_TRAIL).over(stream)
-    exploded = norms.with_columns(trailing=trailing).filter(pl.col("grad_norm") > EXPLOSION * pl.col("trailing"))
-    if exploded.is_empty():
-        return empty(FINDINGS)
-    captures = pl.struct(step=pl.col("step"), grad_norm=pl.col("grad_norm"), trailing_median=pl.col("trailing"))
-    title = f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)"
-    found = _job_wide_finding(exploded, lines, "METRIC003", title, "error", captures)
-    return conform(found.drop("trailing"), FINDINGS)
+def divergence(metrics: pl.DataFrame) -> pl.DataFrame:
+    segment = [*STREAM, "segment"]
+    smooth = pl.col("loss").rolling_median(window_size=SMOOTH, min_samples=SMOOTH).over(segment)
+    scored = (
+        _losses(metrics)
+        .with_columns(smooth=smooth)
+        .with_columns(
+            best=pl.col("smooth").cum_min().over(segment),
+            start=pl.col("smooth").drop_nulls().first().over(segment),
+        )
+    )
+    bad = (pl.col("smooth") >= DIVERGED_RATIO * pl.col("best")) & (
+        pl.col("smooth") - pl.col("best") >= 0.5 * (pl.col("start") - pl.col("best"))
+    )
+    # The last run of bad points reaching the segment's end: the loss never came back.
+    runs = scored.with_columns(bad=bad.fill_null(False)).with_columns(
+        run=(pl.col("bad") != pl.col("bad").shift(1)).fill_null(True).cum_sum().over(segment)
+    )
+    tail = runs.filter(pl.col("bad") & (pl.col("run") == pl.col("run").max().over(segment)))
+    lasting = tail.filter(pl.len().over(segment) >= PERSIST)
+    onset = lasting.group_by(segment, maintain_order=True).first()
+    return _anomalies(onset, "divergence", "smooth", pl.col("best"))
 
 
-def numerical_findings(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    """METRIC001-003 findings (FINDINGS schema), empty when the metrics are sane."""
+def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
+        return pl.DataFrame(schema=NUMERICS)
+    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence)
+    return pl.concat([detect(metrics) for detect in detectors]).sort("file", "line", "kind")
+
+
+def numerical_findings(table: pl.DataFrame, metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """One NUMERICAL finding per anomaly kind (FINDINGS schema), citing the kind's first line."""
+    if table.is_empty():
         return empty(FINDINGS)
-    return pl.concat([non_finite(metrics, lines), loss_scale_collapse(metrics, lines), gradient_explosion(metrics, lines)])
+    loggers = metrics.filter(pl.col("loss").is_not_null() | pl.col("grad_norm").is_not_null())["rank"].n_unique()
+    cited = lines.select("file", "line", "text", "host", "time")
+    found = []
+    for (kind,), rows in table.group_by("kind", maintain_order=True):
+        pattern, title, severity = KINDS[kind]
+        first = rows.join(cited, on=["file", "line"], how="left").sort([pl.col("time").is_null(), "time", "file", "line"]).head(1)
+        first_row = metrics.join(first.select("file", "line"), on=["file", "line"], how="semi")
+        field = "grad norm" if kind == "non_finite" and first_row.filter(~pl.col("loss").is_finite()).is_empty() else "loss"
+        blame_rank = kind == "non_finite" and loggers > 1 and rows["rank"].n_unique() < loggers
+        found.append(
+            first.with_columns(
+                pattern=pl.lit(pattern),
+                title=pl.lit(title.format(field=field)),
+                category=pl.lit("NUMERICAL"),
+                severity=pl.lit(severity),
+                role=pl.lit("initiating"),
+                rank=pl.col("rank") if blame_rank else pl.lit(None, pl.Int32),
+                captures=pl.struct(
+                    step="step", value=pl.col("value"), reference=pl.col("reference"), rows=pl.lit(rows.height)
+                ).struct.json_encode(),
+            )
+        )
+    return conform(pl.concat(found, how="diagonal_relaxed"), FINDINGS)

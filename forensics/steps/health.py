@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.health import abrupt_stops, health_proofs, progress_lines
-from forensics.passes.numerics import numerical_findings
+from forensics.passes.numerics import numerical_findings, numerics_table
 from forensics.steps.common import Progress
 
 
 def numerics_pass(incident: Incident, progress: Progress) -> None:
-    """NaN/Inf losses and a collapsed loss scale, read from the metrics frame."""
-    incident.add_findings(numerical_findings(incident.metrics, incident.lines))
+    """NaN/Inf, loss-scale collapse, gradient explosion, loss spikes and divergence, read from the metrics frame."""
+    table = numerics_table(incident.metrics)
+    incident.tables["numerics"] = table
+    incident.add_findings(numerical_findings(table, incident.metrics, incident.lines))
 
 
 def health_pass(incident: Incident, progress: Progress) -> None:
