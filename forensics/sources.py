@@ -54,4 +54,4 @@ SECTIONS: list[Callable[[Incident], str | None]] = [
     render_timing,
 ]
 
-FIGURES: list[Callable[[Incident, Path], list[Path]]] = [gpu.draw_gpu_figures, traces.draw_trace_figures]
+FIGURES: list[Callable[[Incident, Path], list[Path]]] = [gpu.draw_gpu_figures, traces.draw_trace_figures, timing.draw_metric_figures]

@@ -41,7 +41,7 @@ def test_slow_data_loading_is_found_when_synchronized_step_times_are_equal():
     metrics = _metrics(lambda r, s: 0.13).with_columns(data_time_s=pl.when(pl.col("rank") == 1).then(0.11).otherwise(0.005))
     table, findings = find_stragglers(metrics)
     assert table["rank"].to_list() == [1]
-    assert "data_time" in table["evidence"][0]
+    assert "data time" in table["evidence"][0]
     assert table["slowdown"][0] > 1.5
 
 

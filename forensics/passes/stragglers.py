@@ -104,7 +104,7 @@ def find_stragglers(metrics: pl.DataFrame, times: pl.DataFrame | None = None) ->
             & (pl.col("slowdown") >= MIN_RATIO)
             & (pl.col("slow_share") >= MIN_SLOW_SHARE)
         )
-        .sort("cost_s", descending=True)
+        .sort(["cost_s", "steps"], descending=[True, False])  # equal cost: the tighter span
         .unique("rank", keep="first", maintain_order=True)
     )
     if per_rank.is_empty():
@@ -113,7 +113,7 @@ def find_stragglers(metrics: pl.DataFrame, times: pl.DataFrame | None = None) ->
         cost_share=pl.col("cost_s") / pl.col("job_s"),
         evidence=pl.format(
             "median {} {}s vs {}s for peers over steps {}-{}; slower on {}% of them",
-            pl.col("signal").str.replace("_s$", ""),
+            pl.col("signal").str.replace("_s$", "").str.replace("_", " "),
             pl.col("median_s").round(3),
             pl.col("peer_median_s").round(3),
             pl.col("onset_step"),

@@ -1,15 +1,69 @@
-"""Markdown for the periodicity and event->effect correlation tables."""
+"""Markdown for the training dynamics: numerical anomalies, stragglers, periodicity, event->effect correlations."""
 
 from __future__ import annotations
 
+import polars as pl
+
 from forensics.incident import Incident
-from forensics.report.markup import cell, table
+from forensics.report.markup import cell, table, where
+
+KIND_NAMES = {
+    "non_finite": "NaN/Inf",
+    "loss_scale_collapse": "loss-scale collapse",
+    "grad_explosion": "gradient explosion",
+    "loss_spike": "loss spike",
+    "divergence": "divergence",
+}
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _numerics(anomalies: pl.DataFrame) -> list[str]:
+    """One row per anomaly kind: where it first happened and how often."""
+    firsts = anomalies.sort("file", "line").group_by("kind", maintain_order=True).agg(pl.all().first(), count=pl.len())
+    rows = [
+        (
+            cell(KIND_NAMES.get(r["kind"], r["kind"])),
+            cell(r["step"]),
+            cell(r["rank"]),
+            _number(r["value"]),
+            _number(r["reference"]),
+            str(r["count"]),
+            where(r["file"], r["line"]),
+        )
+        for r in firsts.iter_rows(named=True)
+    ]
+    headers = ["anomaly", "first step", "rank", "value", "against", "times", "first seen"]
+    note = "`against` is the baseline it was judged by: the recent median, the best loss so far, or the largest loss scale."
+    return ["## Training numerics", "", table(headers, rows), "", note, ""]
+
+
+def _stragglers(stragglers: pl.DataFrame) -> list[str]:
+    rows = [
+        (
+            cell(r["rank"]),
+            f"{r['slowdown']:.2f}x",
+            f"{r['onset_step']}-{r['end_step']}",
+            f"{r['cost_s']:.1f} s ({100 * r['cost_share']:.0f} %)",
+            cell(r["evidence"]),
+        )
+        for r in stragglers.iter_rows(named=True)
+    ]
+    return ["## Stragglers in the logged step times", "", table(["rank", "slowdown", "steps", "time lost", "evidence"], rows), ""]
 
 
 def render_timing(incident: Incident) -> str | None:
+    numerics = incident.tables.get("numerics")
+    stragglers = incident.tables.get("stragglers")
     periodicity = incident.tables.get("periodicity")
     correlations = incident.tables.get("correlations")
     out = []
+    if numerics is not None and not numerics.is_empty():
+        out += _numerics(numerics)
+    if stragglers is not None and not stragglers.is_empty():
+        out += _stragglers(stragglers)
     if periodicity is not None and not periodicity.is_empty():
         rows = [
             (

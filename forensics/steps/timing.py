@@ -1,11 +1,14 @@
-"""Timing steps over the METRICS frame: periodicity, correlations, log-based stragglers."""
+"""Timing steps over the METRICS frame: periodicity, correlations, log-based stragglers, and their figures."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from forensics.incident import Incident
 from forensics.passes.correlation import correlate, explain_periodicity
 from forensics.passes.periodicity import find_periodicity, step_times
 from forensics.passes.stragglers import find_stragglers
+from forensics.report.metric_figures import step_time_heatmap, training_curves
 from forensics.steps.common import Progress
 
 
@@ -23,3 +26,11 @@ def straggler_pass(incident: Incident, progress: Progress) -> None:
     table, findings = find_stragglers(incident.metrics, incident.tables.get("step_times"))
     incident.tables["stragglers"] = table
     incident.add_findings(findings)
+
+
+def draw_metric_figures(incident: Incident, directory: Path) -> list[Path]:
+    """training.png and step_times.png, each only when the metrics hold something to draw."""
+    times = incident.tables.get("step_times")
+    drawn = [training_curves(incident.metrics, incident.tables.get("numerics"), directory)]
+    drawn.append(step_time_heatmap(times, directory) if times is not None else None)
+    return [path for path in drawn if path is not None]

@@ -1,0 +1,121 @@
+"""PNG figures of the training dynamics: metrics over steps, and step time per rank x step.
+
+Rendering only: METRICS, the `numerics` anomalies and the `step_times` table in, paths
+out. A panel is drawn only for a measure with at least MIN_POINTS stepped values that
+vary, and a figure only when it has a panel: no empty or flat charts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from forensics.report.plotting import pyplot
+
+MIN_POINTS = 2
+# (METRICS column, axis label, log scale)
+PANELS = (
+    ("loss", "loss", False),
+    ("grad_norm", "grad norm", True),
+    ("loss_scale", "loss scale", True),
+    ("lr", "learning rate", False),
+    ("step_time_s", "step time (s)", False),
+    ("tokens_per_s", "tokens/s", False),
+    ("samples_per_s", "samples/s", False),
+    ("mfu_pct", "MFU (%)", False),
+)
+ANOMALY_STYLE = {
+    "non_finite": ("x", "red"),
+    "loss_spike": ("^", "orange"),
+    "divergence": ("v", "purple"),
+    "grad_explosion": ("*", "red"),
+    "loss_scale_collapse": ("o", "red"),
+}
+
+
+def _drawable(values: pl.Series) -> bool:
+    """At least MIN_POINTS finite values that are not all the same (a flat line says nothing)."""
+    finite = values.filter(values.is_finite())
+    return finite.len() >= MIN_POINTS and finite.n_unique() > 1
+
+
+def _stream_label(file: str, rank: int | None) -> str:
+    return f"rank {rank}" if rank is not None else Path(file).name
+
+
+def training_curves(metrics: pl.DataFrame, anomalies: pl.DataFrame | None, out_dir: Path) -> Path | None:
+    """training.png: one panel per logged measure over steps, one line per stream (file,
+    rank), anomalies marked where they happened; None when nothing was logged per step."""
+    stepped = metrics.filter(pl.col("step").is_not_null())
+    panels = [(c, label, log) for c, label, log in PANELS if _drawable(stepped[c])]
+    if not panels:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.2 * len(panels) + 0.6), sharex=True, squeeze=False)
+    for ax, (column, label, log) in zip(axes[:, 0], panels, strict=True):
+        rows = stepped.filter(pl.col(column).is_finite()).sort("step")
+        for (file, rank), stream in rows.group_by("file", "rank", maintain_order=True):
+            ax.plot(stream["step"].to_list(), stream[column].to_list(), linewidth=1, label=_stream_label(file, rank))
+        if log and rows[column].min() > 0:
+            ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    if anomalies is not None and not anomalies.is_empty():
+        _mark(axes[:, 0], [c for c, _, _ in panels], anomalies)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if 1 < len(labels) <= 16:
+        axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
+    axes[0, 0].set_title("Training metrics over steps")
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "training.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _mark(axes, columns: list[str], anomalies: pl.DataFrame) -> None:
+    """Each anomaly as a marker on the loss panel (grad-norm and loss-scale kinds on theirs),
+    at its step; non-finite values sit on the panel's top edge, where a NaN cannot be drawn."""
+    home = {"grad_explosion": "grad_norm", "loss_scale_collapse": "loss_scale"}
+    for (kind,), rows in anomalies.filter(pl.col("step").is_not_null()).group_by("kind", maintain_order=True):
+        column = home.get(kind, "loss")
+        if column not in columns:
+            continue
+        ax = axes[columns.index(column)]
+        marker, color = ANOMALY_STYLE.get(kind, ("o", "black"))
+        steps = rows["step"].to_list()
+        if kind == "non_finite":
+            ax.scatter(steps, [1.0] * len(steps), transform=ax.get_xaxis_transform(), marker=marker, color=color, label="NaN/Inf", zorder=3)
+        else:
+            ax.scatter(steps, rows["value"].to_list(), marker=marker, color=color, label=kind.replace("_", " "), zorder=3)
+
+
+def step_time_heatmap(times: pl.DataFrame, out_dir: Path) -> Path | None:
+    """step_times.png: step time of every rank (rows) at every step (columns), each step
+    divided by its median over ranks; None with fewer than two ranks or MIN_POINTS steps."""
+    ranked = times.filter(pl.col("rank").is_not_null() & pl.col("step_time_s").is_finite())
+    if ranked["rank"].n_unique() < 2 or ranked["step"].n_unique() < MIN_POINTS:
+        return None
+    relative = ranked.with_columns(ratio=pl.col("step_time_s") / pl.col("step_time_s").median().over("step"))
+    grid = relative.pivot(on="step", index="rank", values="ratio", aggregate_function="mean", sort_columns=True).sort("rank")
+    ranks = grid["rank"].to_list()
+    steps = [int(c) for c in grid.columns[1:]]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.25 * len(ranks) + 1.5)))
+    image = ax.imshow(grid.drop("rank").to_numpy(), aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0.5, vmax=2.0)
+    ax.set_yticks(range(len(ranks)), [str(r) for r in ranks] if len(ranks) <= 32 else None)
+    ticks = list(range(0, len(steps), max(1, len(steps) // 10)))
+    ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+    ax.set_xlabel("step")
+    ax.set_ylabel("rank")
+    ax.set_title("Step time relative to the median rank at each step")
+    fig.colorbar(image, ax=ax, label="x median")
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "step_times.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
