@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from forensics.flow import analyze
@@ -57,6 +58,33 @@ def test_every_input_accounted_for(folder, analyses):
     listed = set(incident.inputs["path"].to_list())
     assert on_disk == listed
     assert incident.inputs["status"].null_count() == 0
+
+
+DYNAMIC = [f for f in INCIDENTS if "dynamics" in _expected(f)]
+
+
+@pytest.mark.parametrize("folder", DYNAMIC, ids=lambda p: p.name)
+def test_dynamics_onset_and_period(folder, analyses):
+    """The straggler's onset, the first bad numerics step and the period (with the event that explains it)."""
+    want = _expected(folder)["dynamics"]
+    tables = _analysis(folder, analyses).incident.tables
+    if "straggler" in want:
+        row = tables["stragglers"].filter(pl.col("rank") == want["straggler"]["rank"]).row(0, named=True)
+        assert want["straggler"]["onset_from"] <= row["onset_step"] <= want["straggler"]["onset_to"], row
+    if "numerics" in want:
+        first = tables["numerics"].filter(pl.col("kind") == want["numerics"]["kind"]).sort("step").row(0, named=True)
+        assert want["numerics"]["onset_from"] <= first["step"] <= want["numerics"]["onset_to"], first
+    if "period" in want:
+        row = tables["periodicity"].row(0, named=True)
+        assert row["period_steps"] == want["period"]["steps"]
+        assert want["period"]["explained_by"] in (row["explained_by"] or "").lower()
+
+
+@pytest.mark.parametrize("folder", [f for f in INCIDENTS if _expected(f)["category"] == "NO_FAILURE"], ids=lambda p: p.name)
+def test_healthy_runs_show_no_straggler_and_no_numerical_anomaly(folder, analyses):
+    tables = _analysis(folder, analyses).incident.tables
+    assert tables["stragglers"].is_empty()
+    assert tables["numerics"].is_empty()
 
 
 def test_fixture_set_is_broad():

@@ -275,3 +275,24 @@ def test_a_restart_does_not_read_as_divergence():
     curve = _noisy_curve(1, steps=200)
     restarted = _loss_lines(curve[:200]).vstack(_loss_lines(curve[:60]).with_columns(pl.col("line") + 200))
     assert numerics_table(extract_metrics(restarted)).filter(pl.col("kind") == "divergence").is_empty()
+
+
+def _per_rank(rows):
+    """(rank, step, loss) rows as each rank's own pipe-format log line."""
+    frames = [
+        lines_frame([f"step {step} | loss {loss} | avg_loss {loss}"], file=f"rank_{rank}.log", rank=rank) for rank, step, loss in rows
+    ]
+    return pl.concat(frames).with_columns(line=pl.int_range(1, pl.len() + 1).over("file"))
+
+
+def test_the_rank_whose_loss_went_nan_while_its_peers_were_finite_is_named():
+    rows = [(r, s, 2.3 - 0.01 * s) for s in (10, 11) for r in range(4)]
+    rows += [(r, 12, "nan" if r == 3 else 2.18) for r in range(4)] + [(r, 13, "nan") for r in range(4)]
+    found = _numerical(_per_rank(rows))
+    assert found.select("pattern", "rank", "file").row(0) == ("METRIC001", 3, "rank_3.log")
+    assert json.loads(found["captures"][0])["step"] == 12
+
+
+def test_ranks_that_go_nan_at_the_same_step_name_no_culprit():
+    rows = [(r, s, 2.3) for s in (10, 11) for r in range(4)] + [(r, 12, "nan") for r in range(4)]
+    assert _numerical(_per_rank(rows))["rank"].to_list() == [None]

@@ -6,7 +6,7 @@ import datetime as dt
 
 import polars as pl
 
-from forensics.passes.correlation import correlate, explain_periodicity
+from forensics.passes.correlation import correlate, event_steps, explain_periodicity
 from forensics.passes.periodicity import find_periodicity
 from forensics.schema import FINDINGS, METRICS, conform
 
@@ -89,3 +89,48 @@ def test_random_spikes_alone_make_no_period():
     rng = random.Random(11)
     for _ in range(5):
         assert find_periodicity(_with_noise(metrics, rng.sample(range(1, 1001), 20))).is_empty()
+
+
+def _with_jitter(metrics: pl.DataFrame, noisy_steps: list[int]) -> pl.DataFrame:
+    """Short stalls (3 s against 9 s checkpoint stalls) on `noisy_steps`: everyday jitter."""
+    return metrics.with_columns(step_time_s=pl.when(pl.col("step").is_in(noisy_steps)).then(3.0).otherwise("step_time_s"))
+
+
+def test_the_period_of_tall_stalls_holds_under_frequent_short_jitter():
+    """A quarter of all steps jitter: too many spikes for the period to stand out among all of
+    them, but the checkpoint stalls are the taller ones."""
+    import random
+
+    metrics, _ = _run(stall_every=20, steps=400)
+    rng = random.Random(5)
+    for trial in range(5):
+        jitter = rng.sample([s for s in range(1, 401) if s % 20], 100)
+        found = find_periodicity(_with_jitter(metrics, jitter))
+        assert (found["period_steps"].to_list(), found["phase"].to_list()) == ([20], [0]), trial
+
+
+def test_frequent_short_jitter_alone_makes_no_period():
+    import random
+
+    metrics, _ = _run(stall_every=None, steps=400)
+    rng = random.Random(9)
+    for _ in range(5):
+        assert find_periodicity(_with_jitter(metrics, rng.sample(range(1, 401), 100))).is_empty()
+
+
+def test_a_period_is_explained_by_the_event_on_its_phase_when_step_lines_have_no_time():
+    """Untimed step prints (`[Rank 0/4] Step 41, ...`) between timestamped save lines: the save
+    is placed at the next step of its own stream, and recurs on the period's phase."""
+    metrics, _ = _run(stall_every=10, steps=60)
+    untimed = metrics.with_columns(time=pl.lit(None, metrics["time"].dtype), line=pl.col("line") * 10)
+    saves = [10 * s - 5 for s in range(10, 61, 10)]  # logged just before the step lines of steps 10, 20, ...
+    findings = conform(
+        pl.DataFrame({"pattern": "EVT", "title": "checkpoint save", "role": "event", "file": "rank_0.log", "line": saves, "rank": 0}),
+        FINDINGS,
+    )
+    periodicity = find_periodicity(untimed)
+    events = event_steps(findings, untimed)
+    assert sorted(events["step"].to_list()) == [10, 20, 30, 40, 50, 60]
+    assert correlate(findings, untimed).is_empty()  # no time: nothing to correlate in time
+    explained = explain_periodicity(periodicity, correlate(findings, untimed), events)
+    assert explained.select("period_steps", "explained_by").row(0) == (10, "checkpoint save")

@@ -6,7 +6,9 @@ Notes:
     For each (event kind, effect) pair: `of` is how many times the event occurred,
     `count` how many of those were followed by the effect within `window_seconds`, and
     `lift` compares that rate with the chance of the effect falling in any window of
-    the same length during the run. The window is three median steps long (capped at
+    the same length during the run. A period of spikes is explained by the event that
+    precedes them in time or, where the step lines carry no timestamps, by the event
+    whose next step in its own file falls on the period's phase. The window is three median steps long (capped at
     60 s): a stall caused by a checkpoint shows up in the very next steps. Pairs seen fewer than twice are dropped: one
     coincidence is not a correlation.
 """
@@ -19,6 +21,7 @@ from forensics.passes.periodicity import spikes, step_times
 
 WINDOW_SECONDS = 60
 MIN_COUNT = 2
+EXPLAINS_SHARE = 0.6
 
 CORRELATIONS = {
     "event": pl.String,
@@ -94,9 +97,40 @@ def correlate(
     return pl.DataFrame(rows, schema=CORRELATIONS).sort(["lift", "count", "event", "effect"], descending=[True, True, False, False])
 
 
-def explain_periodicity(periodicity: pl.DataFrame, correlations: pl.DataFrame) -> pl.DataFrame:
-    """Fill `explained_by` with the event that most often precedes step-time spikes."""
-    spikes_after = correlations.filter((pl.col("effect") == "step_time_spike") & (pl.col("count") / pl.col("of") >= 0.6))
-    if periodicity.is_empty() or spikes_after.is_empty():
+def event_steps(findings: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """(event, step): each event finding with the step of the next metric line of its own
+    stream (file and rank), the step whose time a stall at the event lands in. Needs no timestamps."""
+    stream = pl.col("rank").fill_null(-1).alias("stream_rank")
+    events = findings.filter(pl.col("role") == "event").select("file", stream, "line", event=pl.col("title")).sort("line")
+    stepped = (
+        metrics.filter(pl.col("step").is_not_null())
+        .join(events, on=["file", "line"], how="anti")  # `saved checkpoint step 10` names a step; it is not one
+        .select("file", stream, "line", "step")
+        .sort("line")
+    )
+    if events.is_empty() or stepped.is_empty():
+        return pl.DataFrame(schema={"event": pl.String, "step": pl.Int64})
+    # Sorted by line overall, so sorted within every (file, rank) group too.
+    joined = events.join_asof(stepped, on="line", by=["file", "stream_rank"], strategy="forward", check_sortedness=False)
+    return joined.filter(pl.col("step").is_not_null()).select("event", "step").unique()
+
+
+def explain_periodicity(periodicity: pl.DataFrame, correlations: pl.DataFrame, events: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Fill `explained_by` with the event that most often precedes step-time spikes in time,
+    else with the event (from `event_steps`) that recurs at the period's phase: at least
+    MIN_COUNT times, at least EXPLAINS_SHARE of its occurrences on the phase."""
+    if periodicity.is_empty():
         return periodicity
-    return periodicity.with_columns(explained_by=pl.lit(spikes_after["event"][0]))
+    spikes_after = correlations.filter((pl.col("effect") == "step_time_spike") & (pl.col("count") / pl.col("of") >= EXPLAINS_SHARE))
+    if not spikes_after.is_empty():
+        return periodicity.with_columns(explained_by=pl.lit(spikes_after["event"][0]))
+    if events is None or events.is_empty():
+        return periodicity
+    period, phase = periodicity["period_steps"][0], periodicity["phase"][0]
+    on_phase = (
+        events.group_by("event")
+        .agg(of=pl.len(), count=(pl.col("step") % period == phase).sum())
+        .filter((pl.col("count") >= MIN_COUNT) & (pl.col("count") / pl.col("of") >= EXPLAINS_SHARE))
+        .sort(["count", "event"], descending=[True, False])
+    )
+    return periodicity.with_columns(explained_by=pl.lit(on_phase["event"][0])) if not on_phase.is_empty() else periodicity

@@ -10,7 +10,9 @@ Notes:
     - non_finite (METRIC001): the first loss or gradient norm that is NaN or Inf. A run
       that logs `loss nan` for hundreds of steps and completes is NUMERICAL, not healthy.
       The loss printed by one rank is usually all-reduced, so the finding names a rank
-      only when several ranks log metrics and not all of them went bad.
+      only when exactly one rank went bad at the first bad step while another rank logged
+      a finite loss at that same step: the NaN started there and the gradient all-reduce
+      then carried it to every replica.
     - loss_scale_collapse (METRIC002): the fp16 dynamic loss scale fell below
       COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged.
     - grad_explosion (METRIC003): a finite gradient norm EXPLOSION times the median of
@@ -146,6 +148,18 @@ def divergence(metrics: pl.DataFrame) -> pl.DataFrame:
     return _anomalies(onset, "divergence", "smooth", pl.col("best"))
 
 
+def _first_rank_to_go_bad(bad: pl.DataFrame, metrics: pl.DataFrame) -> int | None:
+    """The one rank whose value went non-finite at a step where another rank still logged a
+    finite loss: the rank the NaN started on. None when that is not what the logs show."""
+    stepped = bad.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
+    if stepped.is_empty():
+        return None
+    onset = stepped["step"].min()
+    first = stepped.filter(pl.col("step") == onset)["rank"].unique()
+    peers_fine = metrics.filter((pl.col("step") == onset) & pl.col("loss").is_finite() & ~pl.col("rank").is_in(first.implode()))
+    return int(first[0]) if first.len() == 1 and not peers_fine.is_empty() else None
+
+
 def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
@@ -158,15 +172,16 @@ def numerical_findings(table: pl.DataFrame, metrics: pl.DataFrame, lines: pl.Dat
     """One NUMERICAL finding per anomaly kind (FINDINGS schema), citing the kind's first line."""
     if table.is_empty():
         return empty(FINDINGS)
-    loggers = metrics.filter(pl.col("loss").is_not_null() | pl.col("grad_norm").is_not_null())["rank"].n_unique()
     cited = lines.select("file", "line", "text", "host", "time")
     found = []
     for (kind,), rows in table.group_by("kind", maintain_order=True):
         pattern, title, severity = KINDS[kind]
+        first_rank = _first_rank_to_go_bad(rows, metrics) if kind == "non_finite" else None
+        if first_rank is not None:
+            rows = rows.filter(pl.col("rank") == first_rank)
         first = rows.join(cited, on=["file", "line"], how="left").sort([pl.col("time").is_null(), "time", "file", "line"]).head(1)
         first_row = metrics.join(first.select("file", "line"), on=["file", "line"], how="semi")
         field = "grad norm" if kind == "non_finite" and first_row.filter(~pl.col("loss").is_finite()).is_empty() else "loss"
-        blame_rank = kind == "non_finite" and loggers > 1 and rows["rank"].n_unique() < loggers
         found.append(
             first.with_columns(
                 pattern=pl.lit(pattern),
@@ -174,7 +189,7 @@ def numerical_findings(table: pl.DataFrame, metrics: pl.DataFrame, lines: pl.Dat
                 category=pl.lit("NUMERICAL"),
                 severity=pl.lit(severity),
                 role=pl.lit("initiating"),
-                rank=pl.col("rank") if blame_rank else pl.lit(None, pl.Int32),
+                rank=pl.lit(first_rank, pl.Int32),
                 captures=pl.struct(
                     step="step", value=pl.col("value"), reference=pl.col("reference"), rows=pl.lit(rows.height)
                 ).struct.json_encode(),

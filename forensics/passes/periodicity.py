@@ -7,14 +7,20 @@ Notes:
     gaps between each spike and its next NEIGHBOURS spikes, so a stray spike between two
     periodic ones does not hide the period. A candidate p is judged by its best phase:
     the residue r (step mod p) holding the most spikes. `strength` is the share of the
-    logged steps in that phase that spiked: a real period spikes nearly every time it
+    logged steps in that phase (steps = phase mod p) that spiked: a real period spikes nearly every time it
     comes round, whatever else spikes in between. The period is the candidate with the
     most spikes in its phase among those with strength >= MIN_STRENGTH and at least
     MIN_SPIKES spikes (a multiple of the period has fewer; half of it has half the
     strength). Chance must not explain the phase: the probability that random spikes
     (at the series' own spike rate) fill it as well, times the number of phases tried,
-    stays under MAX_CHANCE. The rank with the most metric lines is analyzed (logging is often rank 0
-    or the last rank only).
+    stays under MAX_CHANCE. Two spike sets are tried, all spikes and the taller half: a
+    checkpoint stall is usually taller than the jitter around it, and in synchronous
+    training every rank's jitter reaches every step time, so small spikes can be common
+    enough to drown a period that the tall ones show plainly (or to fake half of it);
+    both sets count in the chance bound, and the set whose period has the larger
+    strength x spikes wins. The series is the job's: each step's median time over the ranks that
+    logged it (logging is often rank 0 or the last rank only; the rank that saves a
+    checkpoint does not see the stall in its own step timer, the ranks waiting for it do).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ PERIODICITY = {
     "signal": pl.String,
     "rank": pl.Int32,
     "period_steps": pl.Int64,
+    "phase": pl.Int64,
     "period_seconds": pl.Float64,
     "strength": pl.Float64,
     "spikes": pl.Int64,
@@ -50,6 +57,11 @@ def step_times(metrics: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("step_time_s").is_not_null() & (pl.col("step_time_s") > 0))
 
 
+def job_step_times(times: pl.DataFrame) -> pl.DataFrame:
+    """(step, step_time_s): the median over the ranks that logged each step."""
+    return times.group_by("step").agg(pl.col("step_time_s").median()).sort("step")
+
+
 def spikes(times: pl.DataFrame) -> pl.DataFrame:
     """Rows of `times` (one rank) that are step-time spikes."""
     median = times["step_time_s"].median()
@@ -62,20 +74,22 @@ def find_periodicity(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -
     times = step_times(metrics) if times is None else times
     if times.is_empty():
         return pl.DataFrame(schema=PERIODICITY)
-    busiest = times.group_by("rank").len().sort(["len", "rank"], descending=[True, False])["rank"][0]
-    series = times.filter(pl.col("rank").eq_missing(busiest))
+    series = job_step_times(times)
+    ranks = times["rank"].unique()
     peaks = spikes(series)
     if peaks.height < MIN_SPIKES:
         return pl.DataFrame(schema=PERIODICITY)
-    best = _best_period(series["step"], peaks["step"])
-    if best is None:
+    tiers = [peaks, peaks.filter(pl.col("step_time_s") > peaks["step_time_s"].median())]
+    found = [best for tier in tiers if (best := _best_period(series["step"], tier["step"], len(tiers))) is not None]
+    if not found:
         return pl.DataFrame(schema=PERIODICITY)
-    period, strength, hits = best
+    period, phase, strength, hits = max(found, key=lambda best: best[2] * best[3])  # strength x hits
     return pl.DataFrame(
         {
             "signal": ["step_time"],
-            "rank": [busiest],
+            "rank": [ranks[0] if ranks.len() == 1 else None],
             "period_steps": [period],
+            "phase": [phase],
             "period_seconds": [round(period * float(series["step_time_s"].median()), 2)],
             "strength": [round(strength, 2)],
             "spikes": [hits],
@@ -85,26 +99,27 @@ def find_periodicity(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -
     )
 
 
-def _best_period(logged: pl.Series, spiked: pl.Series) -> tuple[int, float, int] | None:
-    """(period, strength, spikes in phase) of the strongest period, or None (see Notes)."""
+def _best_period(logged: pl.Series, spiked: pl.Series, tiers: int = 1) -> tuple[int, int, float, int] | None:
+    """(period, phase, strength, spikes in phase) of the strongest period, or None (see Notes);
+    `tiers` spike sets are tried in all, and each counts in the chance bound."""
     spike_steps = spiked.sort()
     base_rate = spike_steps.len() / max(logged.len(), 1)
     gaps = pl.concat([spike_steps.shift(-k) - spike_steps for k in range(1, NEIGHBOURS + 1)]).drop_nulls()
     gaps = gaps.filter(gaps >= 2)
     # The true period recurs among neighbour gaps; a long noisy run need not try every gap.
     candidates = gaps.value_counts(name="n").sort(["n", gaps.name], descending=[True, False]).head(MAX_CANDIDATES)[gaps.name].sort()
-    tries = max(int(candidates.sum() or 0), 1)
+    tries = max(int(candidates.sum() or 0), 1) * tiers
     best = None
     for period in candidates.to_list():
         phases = (spike_steps % period).value_counts(name="hits").sort(["hits", "step"], descending=[True, False])
         phase, hits = phases.row(0)
         occasions = int((logged % period == phase).sum())
         strength = hits / occasions if occasions else 0.0
-        if hits < MIN_SPIKES or strength < MIN_STRENGTH or (best is not None and hits <= best[2]):
+        if hits < MIN_SPIKES or strength < MIN_STRENGTH or (best is not None and hits <= best[3]):
             continue
         # Could chance fill this phase? Every phase of every candidate was a try (Bonferroni).
         if _binomial_tail(int(hits), occasions, base_rate) * tries < MAX_CHANCE:
-            best = (int(period), strength, int(hits))
+            best = (int(period), int(phase), strength, int(hits))
     return best
 
 

@@ -7,8 +7,9 @@ Notes:
     persistence separates a slow component from one noisy step. The spans tried are the
     whole run (at least MIN_COMMON_STEPS steps) and each episode, a run of steps where
     the slow share of a centred EPISODE_WINDOW is dense (at least MIN_EPISODE_STEPS
-    steps: a GPU that throttles for a while, a disk that fills up mid-run). The span that
-    cost most is kept; onset and end are its first and last slow steps. The cost is the
+    steps: a GPU that throttles for a while, a disk that fills up mid-run). Kept is the
+    shortest span whose cost is at least SAME_COST of the costliest; onset and end are its
+    first and last slow steps. The cost is the
     time the rank's excess added to the job over the span (in synchronous training
     everyone waits for it), in seconds and as a share of the peers' median time summed
     over all common steps. In synchronous data-parallel training every rank's
@@ -31,6 +32,7 @@ MIN_SLOW_SHARE = 0.6
 MIN_COMMON_STEPS = 5
 EPISODE_WINDOW = 5
 MIN_EPISODE_STEPS = 10
+SAME_COST = 0.9
 
 SIGNALS = ("step_time_s", "data_time_s")
 STRAGGLERS = {
@@ -104,7 +106,10 @@ def find_stragglers(metrics: pl.DataFrame, times: pl.DataFrame | None = None) ->
             & (pl.col("slowdown") >= MIN_RATIO)
             & (pl.col("slow_share") >= MIN_SLOW_SHARE)
         )
-        .sort(["cost_s", "steps"], descending=[True, False])  # equal cost: the tighter span
+        # The tightest span that holds nearly all of the rank's cost: the whole run also
+        # counts an episode's cost, plus whatever stray slow steps lie outside it.
+        .filter(pl.col("cost_s") >= SAME_COST * pl.col("cost_s").max().over("rank"))
+        .sort(["steps", "cost_s"], descending=[False, True])
         .unique("rank", keep="first", maintain_order=True)
     )
     if per_rank.is_empty():

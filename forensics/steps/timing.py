@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.incident import Incident
-from forensics.passes.correlation import correlate, explain_periodicity
+from forensics.passes.correlation import correlate, event_steps, explain_periodicity
 from forensics.passes.periodicity import find_periodicity, step_times
 from forensics.passes.stragglers import find_stragglers
 from forensics.report.metric_figures import step_time_heatmap, training_curves
@@ -17,7 +17,9 @@ def timing_pass(incident: Incident, progress: Progress) -> None:
     times = step_times(incident.metrics)
     incident.tables["step_times"] = times
     correlations = correlate(incident.findings, incident.metrics, times=times)
-    incident.tables["periodicity"] = explain_periodicity(find_periodicity(incident.metrics, times), correlations)
+    periodicity = find_periodicity(incident.metrics, times)
+    events = event_steps(incident.findings, incident.metrics)
+    incident.tables["periodicity"] = explain_periodicity(periodicity, correlations, events)
     incident.tables["correlations"] = correlations
 
 
