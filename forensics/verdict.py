@@ -264,7 +264,7 @@ def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern | Deri
 EXCEPTION_TEXT = (
     r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b:|\b(?:CUDA|NCCL|cuDNN) error\b|exception: |terminate called"
     r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|return code = -?[1-9]|exit status -?[1-9]|exited on signal"
-    r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received SIG[A-Z]+"
+    r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+"
     r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
 )
 

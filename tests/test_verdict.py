@@ -357,3 +357,15 @@ def test_a_failure_at_the_first_timestamp_says_the_logs_start_there_not_zero_sec
     triage = analyze(incident({"rank_1.log": text})).verdict.triage
     assert any("the logs start at the failure" in note for note in triage)
     assert not any(note.startswith("Failed ") for note in triage)
+
+
+def test_an_agent_stopped_by_a_signal_in_newer_torch_wording_is_a_killed_job(tmp_path):
+    """torch >= 2.3 prints the agent's signal as `Signals.SIGTERM`: still an external stop, and the job ended."""
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text(
+        "W0616 00:44:57.731000 4026234 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death signal, shutting down workers\n"
+        "W0616 00:44:57.732000 4026234 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 4026322 closing signal SIGTERM\n"
+    )
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == ("PROCESS_KILLED", "crashed")
