@@ -7,6 +7,7 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.passes.correlation import correlate, event_steps, explain_periodicity
 from forensics.passes.periodicity import find_periodicity, step_times
+from forensics.passes.slowdown import job_slowdown
 from forensics.passes.stragglers import find_stragglers
 from forensics.report.metric_figures import step_time_heatmap, training_curves
 from forensics.steps.common import Progress
@@ -24,10 +25,13 @@ def timing_pass(incident: Incident, progress: Progress) -> None:
 
 
 def straggler_pass(incident: Incident, progress: Progress) -> None:
-    """Ranks slower than their peers in their own logged step or data-loading times."""
-    table, findings = find_stragglers(incident.metrics, incident.tables.get("step_times"))
+    """Ranks slower than their peers in their own logged step or data-loading times, and a job that slowed down as a whole."""
+    times = incident.tables.get("step_times")
+    table, findings = find_stragglers(incident.metrics, times)
     incident.tables["stragglers"] = table
     incident.add_findings(findings)
+    if times is not None:
+        incident.add_findings(job_slowdown(times, incident.metrics, incident.lines))
 
 
 def draw_metric_figures(incident: Incident, directory: Path) -> list[Path]:
