@@ -411,6 +411,27 @@ NO_EVIDENCE = {
 }
 
 
+def _ranks_by_known_category(findings: pl.DataFrame, patterns: dict[str, Pattern | Derived]) -> list[set[int]]:
+    """For each known failure category present: the ranks with a catalog message of it, any
+    role (a message says what happened; a context inferred from traceback frames does not)."""
+    messages = [pid for pid, pattern in patterns.items() if isinstance(pattern, Pattern)]
+    known = findings.filter(
+        (pl.col("role") != "event")
+        & (pl.col("severity") != "info")
+        & ~pl.col("category").is_in([Category.UNKNOWN, Category.NO_FAILURE])
+        & pl.col("pattern").is_in(messages)
+    )
+    grouped = known.filter(pl.col("rank").is_not_null()).group_by("category").agg(pl.col("rank").unique())
+    return [set(ranks) for ranks in grouped["rank"].to_list()]
+
+
+def _said_on_its_ranks(hypothesis: Hypothesis, known_ranks: list[set[int]]) -> bool:
+    """An UNKNOWN failure (a bare exit, an abort) on ranks that all logged one known category:
+    that line says what failed there (the watchdog's timeout before its abort)."""
+    ranks = set(hypothesis.culprit_ranks)
+    return bool(ranks) and any(ranks <= known for known in known_ranks)
+
+
 def _only_cut_tracebacks(hypothesis: Hypothesis) -> bool:
     return all(e["pattern"] == "EXC002" for e in hypothesis.evidence)
 
@@ -435,7 +456,8 @@ def decide(
     NO_FAILURE needs a proof of health (passes.health); without one, an incident with no
     failure evidence is UNKNOWN with state `unknown`. An UNKNOWN hypothesis resting only
     on warnings never outranks a real category, and yields to a proof of health; any
-    UNKNOWN hypothesis yields to a known category that has initiating evidence.
+    UNKNOWN hypothesis yields to a known category that has initiating evidence, or that
+    has a line of any role on every rank the UNKNOWN one names.
     """
     playbooks = load_playbooks()
     proofs = proofs if proofs is not None else pl.DataFrame(schema={"kind": pl.String})
@@ -474,9 +496,14 @@ def decide(
             whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
         )  # fmt: skip
     explained = any(h.category != Category.UNKNOWN and "initiating" in h.roles for h in strong)
-    # A known failure explains the bare exits and unrecognized errors next to it; a traceback
-    # cut before its exception line (EXC002) says less than any known message.
-    strong = sorted(strong, key=lambda h: h.category == Category.UNKNOWN and (explained or _only_cut_tracebacks(h)))
+    known_ranks = _ranks_by_known_category(findings, patterns)
+    # A known failure explains the bare exits and unrecognized errors next to it, and so does
+    # any known line on the very ranks that exited; a traceback cut before its exception
+    # line (EXC002) says less than any known message.
+    strong = sorted(
+        strong,
+        key=lambda h: h.category == Category.UNKNOWN and (explained or _only_cut_tracebacks(h) or _said_on_its_ranks(h, known_ranks)),
+    )
     hypotheses = strong + weak
     top = hypotheses[0]
     playbook = playbooks.get(top.category, {})

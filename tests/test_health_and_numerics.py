@@ -296,3 +296,38 @@ def test_the_rank_whose_loss_went_nan_while_its_peers_were_finite_is_named():
 def test_ranks_that_go_nan_at_the_same_step_name_no_culprit():
     rows = [(r, s, 2.3) for s in (10, 11) for r in range(4)] + [(r, 12, "nan") for r in range(4)]
     assert _numerical(_per_rank(rows))["rank"].to_list() == [None]
+
+
+def test_a_log_of_fp16_overflow_notes_alone_is_not_proof_of_health():
+    """Skipped steps are not progress: DeepSpeed's first overflows (reference/formats.md 6.2) prove nothing."""
+    lines = lines_frame(
+        [
+            "[2024-07-17 19:44:06,829] [INFO] [loss_scaler.py:190:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, but hysteresis is 2. Reducing hysteresis to 1",
+            "[2024-07-17 19:44:06,945] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+            "[2021-02-04 15:06:19,825] [INFO] [stage2.py:1357:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 134217728.0, reducing to 67108864.0",
+        ]
+    )
+    assert health_proofs(lines, extract_metrics(lines), NO_FINDINGS).is_empty()
+
+
+def test_a_grad_scale_near_zero_is_a_collapse_and_a_small_starting_scale_is_not():
+    """icefall logs torch's GradScaler scale, which it starts at 1.0: 0.125 early on is ordinary, 1e-26 is not."""
+    collapsed = lines_frame(["2024-01-14 01:03:00,826 WARNING [train.py:1057] (2/4) Grad scale is small: 1.2924697071141057e-26"])
+    assert _numerical(collapsed)["pattern"].to_list() == ["METRIC002"]
+    ordinary = lines_frame(
+        [
+            "2024-05-17 01:48:24,230 INFO [train.py:1034] (0/8) Epoch 1, batch 50, loss[loss=1.621, simple_loss=1.207, pruned_loss=1.377, ctc_loss=1.301, over 49372.00 frames. ], tot_loss[loss=3.721, simple_loss=3.037, pruned_loss=2.626, ctc_loss=2.074, over 2196903.96 frames. ], batch size: 138, lr: 2.48e-02, grad_scale: 0.125"
+        ]
+    )
+    metrics = extract_metrics(ordinary)
+    assert metrics.select("step", "loss", "loss_scale").row(0) == (50, 1.621, 0.125)
+    assert numerics_table(metrics).is_empty()
+
+
+def test_an_average_loss_in_a_progress_bar_that_turns_nan_is_numerical():
+    """sd-scripts prints its running average as `avr_loss=` in the tqdm postfix."""
+    lines = lines_frame(
+        ["steps:  29%|████████████████▋                                         | 943/3280 [18:48<46:37,  1.20s/it, avr_loss=nan]"]
+    )
+    assert _numerical(lines).select("pattern", "category").row(0) == ("METRIC001", "NUMERICAL")
+    assert extract_metrics(lines_frame(["epoch 3, val_loss=0.41, eval_loss: 0.40"])).is_empty()

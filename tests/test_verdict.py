@@ -369,3 +369,15 @@ def test_an_agent_stopped_by_a_signal_in_newer_torch_wording_is_a_killed_job(tmp
     )
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.state) == ("PROCESS_KILLED", "crashed")
+
+
+def test_an_abort_on_ranks_whose_watchdog_timed_out_is_the_timeout_not_an_unknown_exit(tmp_path):
+    """torchrun's `exitcode: -6` says only that rank 0 aborted; its own watchdog line says why."""
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text(
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 0 (pid: 514946) of binary: \n"
+        "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.\n"
+        "[E ProcessGroupNCCL.cpp:737] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802211 milliseconds before timing out.\n"
+    )
+    assert analyze(tmp_path).verdict.category == "COLLECTIVE_TIMEOUT"

@@ -24,12 +24,14 @@ STEP = [
     r"(?i)\bstep(?:[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`
     r"\biter\s+(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185, time 562.66ms`
     r"'step': '?(\d+)",  # HF dict with a step callback
+    r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
 ]
 LOSS = [
     r"\blm loss:\s*" + NUMBER,
     r"\breduced_train_loss[=:]\s*" + NUMBER,
     r"'loss': '?" + NUMBER,
     r"(?i)\bloss[=:]\s*" + NUMBER,
+    r"\b(?:avr|avg|train|running|mean)_loss[=:]\s*" + NUMBER,  # sd-scripts tqdm `avr_loss=nan`; never val_/eval_loss
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
 ]
 GRAD_NORM = [r"\bgrad[ _]norm[=:]?\s*" + NUMBER, r"'grad_norm': '?" + NUMBER]
@@ -52,6 +54,7 @@ LOSS_SCALE = [
     r"\bAttempted loss scale: [\d.]+, reducing to\s*" + NUMBER,  # DeepSpeed overflow: the new scale
     r"\bloss[ _]scale[=:]\s*" + NUMBER,  # Megatron `loss scale: 1.0`, fairseq `loss_scale=0.25`
     r"\b(?:setting|reducing) loss scale to:?\s*" + NUMBER,  # fairseq/apex overflow notes
+    r"(?i)\bgrad[ _]scale(?: is small)?[=:]\s*" + NUMBER,  # torch GradScaler as icefall logs it: `grad_scale: 2.0`
 ]
 LEARNING_RATE = [
     r"\blearning rate:\s*" + NUMBER,  # Megatron `learning rate: 9.150E-06`
@@ -89,7 +92,7 @@ MEMORY_RESERVED = [
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 # Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
 GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
-CANDIDATE = r"(?i)iter|step|loss|/it|it/s|/s|per[ _]sec|tflop|mfu|mem"
+CANDIDATE = r"(?i)iter|step|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem"
 
 
 def _first(patterns: list[str]) -> pl.Expr:

@@ -33,8 +33,9 @@ PROGRESS_TAIL = 5
 MIN_PROGRESS_STEPS = 3
 # `iteration 120/ 5000`, `step 120/5000`, `iter [120/5000]`: the step and the announced total.
 PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
-# Fields that show the training loop turning; throughput or memory alone do not (an OOM message quotes memory).
-PROGRESS_FIELDS = ("step", "loss", "loss_scale")
+# Fields that show the training loop turning. Throughput or memory alone do not (an OOM message
+# quotes memory), nor a loss scale alone: a run of fp16 overflow notes is steps being skipped.
+PROGRESS_FIELDS = ("step", "loss")
 PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
 STREAM = ["file", "rank"]
 

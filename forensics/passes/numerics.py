@@ -14,7 +14,9 @@ Notes:
       a finite loss at that same step: the NaN started there and the gradient all-reduce
       then carried it to every replica.
     - loss_scale_collapse (METRIC002): the fp16 dynamic loss scale fell below
-      COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged.
+      COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged. The start differs
+      by framework (DeepSpeed and torch's GradScaler 2^16, icefall 1.0), so the absolute
+      floor is far below any of them.
     - grad_explosion (METRIC003): a finite gradient norm EXPLOSION times the median of
       the same stream's TRAIL norms before it (at least MIN_TRAIL of them).
     - loss_spike (METRIC004, info): a loss at least SPIKE_RISE above the median of its
@@ -33,7 +35,7 @@ import polars as pl
 
 from forensics.schema import FINDINGS, conform, empty
 
-COLLAPSED_SCALE = 1.0
+COLLAPSED_SCALE = 2.0**-14  # below fp16's smallest normal: scaled gradients vanish, whatever the start
 SCALE_DROP = 2.0**12
 EXPLOSION = 100.0
 TRAIL = 20
