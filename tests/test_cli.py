@@ -234,8 +234,13 @@ def test_patterns_test_file_numbers_the_matching_lines(tmp_path):
 
 
 def test_patterns_test_one_id_runs_only_its_examples():
+    from forensics.catalog.load import load_full
+
+    dist001 = load_full([]).entry("DIST001")
+    examples = len(dist001.match_examples) + len(dist001.no_match_examples)
     result = run("patterns", "test", "DIST001")
-    assert result.exit_code == 0 and result.stdout.strip() == "5 passed, 0 failed"
+    assert result.exit_code == 0 and result.stdout.strip() == f"{examples} passed, 0 failed"
+    assert examples < 20  # only DIST001's, not the whole catalog's
 
 
 USER_PATTERN = """id = "SITE001"
