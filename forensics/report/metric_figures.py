@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.report.plotting import pyplot
+from forensics.report.plotting import pyplot, save
 
 MIN_POINTS = 2
 # (METRICS column, axis label, log scale)
@@ -63,17 +63,12 @@ def training_curves(metrics: pl.DataFrame, anomalies: pl.DataFrame | None, out_d
         ax.grid(alpha=0.3)
     if anomalies is not None and not anomalies.is_empty():
         _mark(axes[:, 0], [c for c, _, _ in panels], anomalies)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
+    _, labels = axes[0, 0].get_legend_handles_labels()
     if 1 < len(labels) <= 16:
         axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
     axes[0, 0].set_title("Training metrics over steps")
     axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "training.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir, "training.png")
 
 
 def _mark(axes, columns: list[str], anomalies: pl.DataFrame) -> None:
@@ -113,9 +108,4 @@ def step_time_heatmap(times: pl.DataFrame, out_dir: Path) -> Path | None:
     ax.set_ylabel("rank")
     ax.set_title("Step time relative to the median rank at each step")
     fig.colorbar(image, ax=ax, label="x median")
-    fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "step_times.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir, "step_times.png")

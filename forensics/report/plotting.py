@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 
@@ -15,3 +16,13 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save(fig: Any, out_dir: Path, name: str) -> Path:
+    """Lay out `fig`, write it as out_dir/name (PNG, 100 dpi), close it; the path written."""
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / name
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+    return path
