@@ -45,3 +45,20 @@ def test_no_figure_without_stepped_metrics_or_with_one_rank(tmp_path):
 def test_a_flat_measure_gets_no_panel(tmp_path):
     flat = extract_metrics(lines_frame([f" iteration {i}/ 100 | lm loss: 2.0 | loss scale: 1.0 |" for i in range(1, 20)]))
     assert training_curves(flat, None, tmp_path) is None
+
+
+def test_figures_stay_small_for_many_ranks_and_steps(tmp_path):
+    """256 ranks x 3000 steps: the heatmap is binned to at most 1000 columns, the curves draw 16 of 256 logs."""
+    import numpy as np
+
+    ranks, steps = 256, 3000
+    grid = np.tile(np.arange(1, steps + 1), ranks)
+    rank = np.repeat(np.arange(ranks), steps)
+    times = pl.DataFrame({"rank": rank.astype("int32"), "step": grid, "step_time_s": 1.0 + (rank == 7) * 0.5})
+    heatmap = step_time_heatmap(times, tmp_path)
+    assert heatmap is not None and heatmap.stat().st_size < 2_000_000
+    metrics = times.with_columns(file=pl.format("rank_{}.log", "rank"), loss=3.0 / pl.col("step"))
+    from forensics.schema import METRICS, conform
+
+    curves = training_curves(conform(metrics, METRICS), None, tmp_path)
+    assert curves is not None and curves.stat().st_size < 2_000_000

@@ -2,7 +2,9 @@
 
 Rendering only: METRICS, the `numerics` anomalies and the `step_times` table in, paths
 out. A panel is drawn only for a measure with at least MIN_POINTS stepped values that
-vary, and a figure only when it has a panel: no empty or flat charts.
+vary, and a figure only when it has a panel: no empty or flat charts. Size is bounded
+whatever the input: at most MAX_STREAMS lines per panel (the lowest ranks; the title
+says how many were left out) and MAX_COLUMNS heatmap columns (steps binned).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import polars as pl
 from forensics.report.plotting import pyplot, save
 
 MIN_POINTS = 2
+MAX_STREAMS = 16  # lines per panel: beyond this a legend or a line means nothing
+MAX_COLUMNS = 1000  # heatmap steps; longer runs are binned so the image stays small
 # (METRICS column, axis label, log scale)
 PANELS = (
     ("loss", "loss", False),
@@ -48,6 +52,9 @@ def training_curves(metrics: pl.DataFrame, anomalies: pl.DataFrame | None, out_d
     """training.png: one panel per logged measure over steps, one line per stream (file,
     rank), anomalies marked where they happened; None when nothing was logged per step."""
     stepped = metrics.filter(pl.col("step").is_not_null())
+    streams = stepped.select("file", "rank").unique().sort("rank", "file", nulls_last=True)
+    shown = streams.head(MAX_STREAMS)
+    stepped = stepped.join(shown, on=["file", "rank"], how="semi", nulls_equal=True)
     panels = [(c, label, log) for c, label, log in PANELS if _drawable(stepped[c])]
     if not panels:
         return None
@@ -66,7 +73,8 @@ def training_curves(metrics: pl.DataFrame, anomalies: pl.DataFrame | None, out_d
     _, labels = axes[0, 0].get_legend_handles_labels()
     if 1 < len(labels) <= 16:
         axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
-    axes[0, 0].set_title("Training metrics over steps")
+    left_out = streams.height - shown.height
+    axes[0, 0].set_title("Training metrics over steps" + (f" ({shown.height} of {streams.height} logs shown)" if left_out else ""))
     axes[-1, 0].set_xlabel("step")
     return save(fig, out_dir, "training.png")
 
@@ -95,7 +103,10 @@ def step_time_heatmap(times: pl.DataFrame, out_dir: Path) -> Path | None:
     if ranked["rank"].n_unique() < 2 or ranked["step"].n_unique() < MIN_POINTS:
         return None
     relative = ranked.with_columns(ratio=pl.col("step_time_s") / pl.col("step_time_s").median().over("step"))
-    grid = relative.pivot(on="step", index="rank", values="ratio", aggregate_function="mean", sort_columns=True).sort("rank")
+    first, last = ranked["step"].min(), ranked["step"].max()
+    width = max(1, -(-(last - first + 1) // MAX_COLUMNS))  # steps per column, rounded up
+    binned = relative.with_columns(step=first + (pl.col("step") - first) // width * width)
+    grid = binned.pivot(on="step", index="rank", values="ratio", aggregate_function="mean", sort_columns=True).sort("rank")
     ranks = grid["rank"].to_list()
     steps = [int(c) for c in grid.columns[1:]]
     plt = pyplot()
