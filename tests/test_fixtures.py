@@ -65,12 +65,18 @@ DYNAMIC = [f for f in INCIDENTS if "dynamics" in _expected(f)]
 
 @pytest.mark.parametrize("folder", DYNAMIC, ids=lambda p: p.name)
 def test_dynamics_onset_and_period(folder, analyses):
-    """The straggler's onset, the first bad numerics step and the period (with the event that explains it)."""
+    """The straggler's onset, its slow trace phase, the first bad numerics step and the period (with the event that explains it)."""
     want = _expected(folder)["dynamics"]
     tables = _analysis(folder, analyses).incident.tables
     if "straggler" in want:
         row = tables["stragglers"].filter(pl.col("rank") == want["straggler"]["rank"]).row(0, named=True)
         assert want["straggler"]["onset_from"] <= row["onset_step"] <= want["straggler"]["onset_to"], row
+    if "trace_phase" in want:
+        slow = tables["trace_phases"].filter(pl.col("kind") == "annotation").sort("excess_share", descending=True).row(0, named=True)
+        assert slow["rank"] == want["trace_phase"]["rank"] and want["trace_phase"]["phase"] in slow["phase"].lower(), slow
+        collectives = tables["trace_phases"].filter(pl.col("kind") == "collective").sort("per_step_ms").row(0, named=True)
+        assert collectives["rank"] == want["trace_phase"]["rank"], "the slow rank waits least in collectives (mirror effect)"
+        assert tables["trace_stragglers"]["rank"].to_list() == [want["trace_phase"]["rank"]]
     if "numerics" in want:
         first = tables["numerics"].filter(pl.col("kind") == want["numerics"]["kind"]).sort("step").row(0, named=True)
         assert want["numerics"]["onset_from"] <= first["step"] <= want["numerics"]["onset_to"], first

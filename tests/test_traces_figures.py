@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
-
+from forensics.flow import analyze
 from forensics.ingest.traces import find_traces, load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.passes.trace_breakdown import breakdown_frame
-from forensics.report.trace_figures import breakdown_bars, skew_heatmap
+from forensics.passes.trace_phases import phase_times
+from forensics.report.trace_figures import breakdown_bars, phase_heatmap, skew_heatmap
+from forensics.steps.traces import draw_trace_figures
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+CPU_TRACES = FIXTURES.parent / "incidents" / "straggler_cpu_trace" / "traces"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -23,9 +25,13 @@ def test_breakdown_bars_and_skew_heatmap(tmp_path):
         assert path.parent == tmp_path / "figs" and path.read_bytes()[:8] == PNG
 
 
-def test_figures_with_nothing_to_draw(tmp_path):
-    empty_breakdown = pl.DataFrame(
-        {"rank": [3], "kernel_time_us": [0], "idle_time_us": [0], "compute_time_us": [0], "non_compute_time_us": [0]}
-    )
-    assert breakdown_bars(empty_breakdown, tmp_path).read_bytes()[:8] == PNG
-    assert skew_heatmap(pl.DataFrame(schema={"rank": pl.Int32, "collective": pl.UInt32, "arrival_lag_us": pl.Int64}), tmp_path) is None
+def test_phase_heatmap_of_cpu_only_traces(tmp_path):
+    loads = load_traces(find_traces(CPU_TRACES))
+    path = phase_heatmap(phase_times(loads), tmp_path)
+    assert path.name == "trace_phases.png" and path.read_bytes()[:8] == PNG
+
+
+def test_no_empty_chart_for_traces_without_gpu_time(tmp_path):
+    incident = analyze(CPU_TRACES.parent).incident
+    names = {p.name for p in draw_trace_figures(incident, tmp_path)}
+    assert names == {"collective_skew.png", "trace_phases.png"}  # no GPU breakdown bars: there is no GPU time

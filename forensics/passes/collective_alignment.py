@@ -1,15 +1,20 @@
-"""Match NCCL collectives across ranks' traces and find the ranks everyone waits for.
+"""Match collectives across ranks' traces and find the ranks everyone waits for.
 
 HTA's straggler analysis looks only at `ncclKernel*` names and cannot tell two ranks
-apart; here every collective kernel is matched across ranks and timed.
+apart; here every collective is matched across ranks and timed.
 
 Notes:
-    * Matching: the k-th collective kernel of a rank on one process group is matched
+    * A collective is an NCCL kernel on a GPU stream; in a trace with none (CPU-only
+      runs on gloo) it is gloo's `gloo:<op>` span, which gloo records on its own worker
+      thread around the whole algorithm, waiting for peers included. (The
+      `c10d::<op>` CPU op and NCCL's `nccl:<op>` annotation only enqueue the work.)
+    * Matching: the k-th collective of a rank on one process group is matched
       with the k-th of every other rank on that group. The group is the kernel's
       `Process Group Name` when the trace carries NCCL metadata (and `Seq`, when
       present, replaces the count k); otherwise it is the CUDA stream, which PyTorch
-      creates per communicator in the same order on every rank.
-    * A collective kernel spins until its last peer arrives, so the rank whose kernel
+      creates per communicator in the same order on every rank, or `gloo` for gloo
+      spans (one group: a job with several gloo groups is matched as if it had one).
+    * A collective spins until its last peer arrives, so the rank whose collective
       is shortest arrived last: it is the late rank, and every other rank waited
       `dur - min(dur)` for it. Durations need no clock agreement between hosts; start
       skew (max - min start) is reported too, on the ranks' shared clock
@@ -19,8 +24,10 @@ Notes:
       took 1.8x as long to reach its collectives).
     * A straggler is a rank that caused at least twice its fair share (1/world, capped
       at 75%) of all waiting and was late in at least a quarter of the collectives. It is reported as
-      `initiating` when late in at least 3/4 of them with slowdown >= 1.5 (severe and
-      persistent), else as a `symptom`.
+      `initiating` when its slowdown is at least 1.5 and it was late in at least 3/4 of the
+      collectives or caused most of all waiting (a rank slow once per step arrives late
+      at that step's first collective only, and the others' later ones start together),
+      else as a `symptom`.
 """
 
 from __future__ import annotations
@@ -35,11 +42,13 @@ from forensics.passes.trace_breakdown import COMMUNICATION, KERNEL_TYPE
 from forensics.schema import FINDINGS, Category, Role, Severity, conform, empty
 
 _COLLECTIVE_OF_KERNEL = r"^nccl(?:Dev)?Kernel_([A-Za-z]+)"
+_GLOO_SPAN = r"^gloo:(\w+)"
 FAIR_SHARE_FACTOR = 2.0
 MAX_SHARE_NEEDED = 0.75  # with 2 ranks, twice the fair share would be all of it
 LATE_SHARE_MIN = 0.25
 PERSISTENT_LATE_SHARE = 0.75
 SEVERE_SLOWDOWN = 1.5
+MOST_WAITING = 0.5
 
 
 @dataclass
@@ -53,8 +62,23 @@ class Alignment:
     findings: pl.DataFrame = field(default_factory=lambda: empty(FINDINGS))
 
 
+def _collectives_of(events: pl.DataFrame) -> pl.DataFrame:
+    """A trace's NCCL collective kernels, or its gloo spans when it has no such kernel."""
+    kernels = (
+        events.filter(pl.col("stream").is_not_null())
+        .with_columns(KERNEL_TYPE)
+        .filter(pl.col("kernel_type") == COMMUNICATION)
+        .with_columns(pl.coalesce("collective_name", pl.col("name").str.extract(_COLLECTIVE_OF_KERNEL, 1)).alias("op"))
+    )
+    if not kernels.is_empty():
+        return kernels
+    return events.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.contains(_GLOO_SPAN)).with_columns(
+        pl.col("name").str.extract(_GLOO_SPAN, 1).alias("op")
+    )
+
+
 def collective_kernels(loads: list[TraceLoad]) -> pl.DataFrame:
-    """NCCL kernels of every ranked trace, on a clock shared by all ranks, with match keys."""
+    """Collectives of every ranked trace (NCCL kernels, else gloo spans), on a clock shared by all ranks, with match keys."""
     bases = [t.base_time_ns for t in loads if t.base_time_ns is not None]
     frames = []
     for t in loads:
@@ -62,10 +86,7 @@ def collective_kernels(loads: list[TraceLoad]) -> pl.DataFrame:
             continue
         shift = ((t.base_time_ns or 0) - min(bases)) // 1000 if bases and t.base_time_ns else 0
         frames.append(
-            t.events.filter(pl.col("stream").is_not_null())
-            .with_columns(KERNEL_TYPE)
-            .filter(pl.col("kernel_type") == COMMUNICATION)
-            .select(
+            _collectives_of(t.events).select(
                 pl.lit(t.rank, pl.Int32).alias("rank"),
                 pl.lit(str(t.path)).alias("file"),
                 (pl.col("ts") + shift).alias("ts"),
@@ -73,7 +94,7 @@ def collective_kernels(loads: list[TraceLoad]) -> pl.DataFrame:
                 "stream",
                 "pg_name",
                 "seq",
-                pl.coalesce("collective_name", pl.col("name").str.extract(_COLLECTIVE_OF_KERNEL, 1)).alias("op"),
+                "op",
             )
         )
     if not frames:
@@ -89,11 +110,7 @@ def collective_kernels(loads: list[TraceLoad]) -> pl.DataFrame:
             }
         )
     kernels = pl.concat(frames).sort("rank", "ts")
-    group = (
-        pl.when(pl.col("pg_name").is_not_null())
-        .then(pl.lit("pg ") + pl.col("pg_name"))
-        .otherwise(pl.lit("stream ") + pl.col("stream").cast(pl.String))
-    )
+    group = pl.coalesce(pl.lit("pg ") + pl.col("pg_name"), pl.lit("stream ") + pl.col("stream").cast(pl.String), pl.lit("gloo"))
     kernels = kernels.with_columns(group.alias("group"))
     ordinal = pl.coalesce("seq", pl.int_range(pl.len()).over("rank", "group").cast(pl.Int64))
     return kernels.with_columns(ordinal.alias("ordinal")).select("rank", "file", "ts", "dur", "group", "ordinal", "op")
@@ -163,7 +180,8 @@ def align_collectives(loads: list[TraceLoad]) -> Alignment:
     for r in suspects.iter_rows(named=True):
         late_share = r["times_late"] / n_coll
         slowdown = r["slowdown"]
-        severe = late_share >= PERSISTENT_LATE_SHARE and slowdown is not None and slowdown >= SEVERE_SLOWDOWN
+        persistent = late_share >= PERSISTENT_LATE_SHARE or r["wait_share"] > MOST_WAITING
+        severe = persistent and slowdown is not None and slowdown >= SEVERE_SLOWDOWN
         evidence = (
             f"rank {r['rank']} arrived last at {r['times_late']} of {n_coll} collectives; other ranks waited "
             f"{r['wait_caused_us']} us for it ({100 * r['wait_share']:.0f}% of all collective waiting)"

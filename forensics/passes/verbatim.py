@@ -7,7 +7,8 @@ Notes:
     becomes the finding's `title`, and `text` becomes the cited line as read. A finding
     citing a line of a file read as data, not text (a CSV sample, an nvidia-smi -q
     block) keeps its title and quotes nothing (`text` null): the report then points to
-    the line without putting words in its mouth.
+    the line without putting words in its mouth. A finding that cites a file but no line
+    (a profiler trace's conclusion) is all tool: its sentence becomes the title.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def quote_lines(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
         return findings
     cited = lines.select("file", "line", _line_text="text").unique(["file", "line"], keep="first")
     joined = findings.join(cited, on=["file", "line"], how="left", maintain_order="left")
-    spoken = pl.col("text").is_not_null() & pl.col("_line_text").is_not_null() & (pl.col("text") != pl.col("_line_text"))
+    lineless = pl.col("line").is_null() & pl.col("text").is_not_null() & (pl.col("text").str.strip_chars() != "")
+    spoken = (pl.col("text").is_not_null() & pl.col("_line_text").is_not_null() & (pl.col("text") != pl.col("_line_text"))) | lineless
     return joined.with_columns(
         title=pl.when(spoken).then(pl.col("text")).otherwise(pl.col("title")),
         text=pl.col("_line_text"),

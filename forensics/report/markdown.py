@@ -77,6 +77,13 @@ def _context(analysis: Analysis, file: str, line: int | None) -> list[str]:
     return [f"{n:>6}  {t}" for n, t in context_rows(analysis, file, line)]
 
 
+def _quote_or_title(evidence: dict) -> str:
+    """The cited line as code; for a finding that quotes no line, what the tool concluded, in italics."""
+    if (evidence["text"] or "").strip():
+        return code(_short(evidence["text"], 200))
+    return f"*{cell(_short(evidence['title'] or '', 200))}*"
+
+
 def _evidence(analysis: Analysis) -> list[str]:
     v = analysis.verdict
     if not v.hypotheses:
@@ -88,7 +95,7 @@ def _evidence(analysis: Analysis) -> list[str]:
         if context:
             out += [f"First failure in {where(v.first_failure['file'], v.first_failure['line'])}:", "", code_block(context), ""]
     rows = [
-        (where(e["file"], e["line"]), cell(e["rank"]), cell(e["time"]), cell(e["pattern"]), cell(e["role"]), code(_short(e["text"], 200)))
+        (where(e["file"], e["line"]), cell(e["rank"]), cell(e["time"]), cell(e["pattern"]), cell(e["role"]), _quote_or_title(e))
         for e in top.evidence
     ]
     out += [table(["where", "rank", "time", "pattern", "role", "line"], rows), ""]

@@ -1,23 +1,24 @@
-"""The "Profiler traces" section: HTA's breakdowns per rank and who made the others wait."""
+"""The "Profiler traces" section: HTA's breakdowns per rank, time per annotated phase, and who made the others wait."""
 
 from __future__ import annotations
 
 import polars as pl
 
 from forensics.incident import Incident
+from forensics.passes.trace_phases import COLLECTIVES, leading_phases
 from forensics.report.markup import cell, table
 
 MAX_TRACE_ROWS = 32
+MAX_PHASE_COLUMNS = 8
 
 
 def _number(value: float | None, divisor: float = 1, spec: str = ".2f") -> str:
     return "—" if value is None else format(value / divisor, spec)
 
 
-def render_traces_section(incident: Incident) -> str | None:
-    breakdown = incident.tables.get("trace_breakdown")
-    if breakdown is None or breakdown.is_empty():
-        return None
+def _gpu_breakdown(breakdown: pl.DataFrame) -> list[str]:
+    if breakdown["kernel_time_us"].sum() == 0:
+        return ["The traces hold no GPU activity (CPU-only profiling), so there is no GPU time breakdown.", ""]
     rows = [
         (
             cell(r["rank"]),
@@ -30,14 +31,47 @@ def render_traces_section(incident: Incident) -> str | None:
         )
         for r in breakdown.sort("rank", nulls_last=True).head(MAX_TRACE_ROWS).iter_rows(named=True)
     ]
-    out = [
-        "## Profiler traces",
-        "",
+    return [
         "GPU time per rank, with Holistic Trace Analysis' definitions (last ProfilerStep dropped):",
         "",
         table(["rank", "trace", "kernel time (ms)", "idle %", "compute %", "non-compute %", "comm/comp overlap %"], rows),
         "",
     ]
+
+
+def _phase_table(phases: pl.DataFrame) -> list[str]:
+    """Rank x phase time per profiled step; the ranks that differ most first when there are too many."""
+    names = leading_phases(phases, MAX_PHASE_COLUMNS)
+    grid = phases.filter(pl.col("phase").is_in(names)).pivot(on="phase", index="rank", values="per_step_ms").select("rank", *names)
+    spread = phases.group_by("rank").agg(pl.col("excess_share").abs().max().alias("spread"))
+    grid = grid.join(spread, on="rank").sort("spread", "rank", descending=[True, False], nulls_last=True).head(MAX_TRACE_ROWS).sort("rank")
+    rows = [(cell(r[0]), *(_number(v, 1, ".1f") for v in r[1:-1])) for r in grid.rows()]
+    left_out = phases["rank"].n_unique() - grid.height
+    out = [
+        "Time per profiled step in each annotated phase and in collectives (ms)"
+        + (f"; the {grid.height} ranks that differ most of {grid.height + left_out}" if left_out else "")
+        + ":",
+        "",
+        table(["rank", *(cell(n, 40) for n in names)], rows),
+        "",
+    ]
+    if COLLECTIVES in names:
+        out += [
+            "Collective time includes waiting for the last rank to arrive, so it reads the other way round: "
+            "the rank the others wait for shows the least.",
+            "",
+        ]
+    return out
+
+
+def render_traces_section(incident: Incident) -> str | None:
+    breakdown = incident.tables.get("trace_breakdown")
+    if breakdown is None or breakdown.is_empty():
+        return None
+    out = ["## Profiler traces", "", *_gpu_breakdown(breakdown)]
+    phases = incident.tables.get("trace_phases")
+    if phases is not None and not phases.is_empty():
+        out += _phase_table(phases)
     kernel_types = incident.tables.get("trace_kernel_types")
     if kernel_types is not None and not kernel_types.is_empty():
         rows = [
@@ -73,7 +107,7 @@ def render_traces_section(incident: Incident) -> str | None:
             for r in top.iter_rows(named=True)
         ]
         out += [
-            "Ranks that made the others wait in collectives (kernel-duration matching across ranks):",
+            "Ranks that made the others wait in collectives (collectives matched across ranks; the shortest one arrived last):",
             "",
             table(["rank", "waiting caused (ms)", "times late", "slowdown"], rows),
             "",

@@ -99,6 +99,7 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
         "stragglers": _table_records(analysis, "stragglers") + _table_records(analysis, "trace_stragglers"),
         "periodicity": _table_records(analysis, "periodicity"),
         "numerics": _table_records(analysis, "numerics"),
+        "trace_phases": _table_records(analysis, "trace_phases"),
         "correlations": _table_records(analysis, "correlations"),
         "unmatched_errors": json.loads(analysis.unmatched.write_json()),
         "analysis_errors": list(incident.step_errors),

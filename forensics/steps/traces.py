@@ -1,4 +1,4 @@
-"""Trace step: torch.profiler traces -> HTA-identical breakdown, cross-rank collective alignment."""
+"""Trace step: torch.profiler traces -> HTA-identical breakdown, cross-rank collective alignment, phase times."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from forensics.incident import FileStatus, Incident
 from forensics.ingest.traces import file_statuses, load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.passes.trace_breakdown import breakdown_frame, idle_time_breakdown, kernel_type_breakdown, top_kernels
-from forensics.report.trace_figures import breakdown_bars, skew_heatmap
+from forensics.passes.trace_phases import phase_times, slow_phase_findings
+from forensics.report.trace_figures import breakdown_bars, phase_heatmap, skew_heatmap
 from forensics.schema import FINDINGS, InputKind, InputStatus, conform, empty
 from forensics.steps.common import Progress
 
@@ -40,18 +41,23 @@ def ingest_traces(incident: Incident, progress: Progress) -> None:
     incident.tables["trace_ranks"] = alignment.ranks
     incident.tables["trace_stragglers"] = pl.DataFrame(alignment.stragglers) if alignment.stragglers else pl.DataFrame()
     incident.add_findings(alignment.findings.with_columns(pl.col("file").str.strip_prefix(prefix)))
+    phases = phase_times(loads).with_columns(pl.col("file").str.strip_prefix(prefix))
+    incident.tables["trace_phases"] = phases
+    incident.add_findings(slow_phase_findings(phases))
 
 
 def draw_trace_figures(incident: Incident, directory: Path) -> list[Path]:
+    """The figures the trace tables have data for: GPU breakdown, collective skew, phase times."""
+    paths = []
     breakdown = incident.tables.get("trace_breakdown")
-    if breakdown is None or breakdown.is_empty():
-        return []
-    paths = [breakdown_bars(breakdown, directory)]
+    if breakdown is not None and breakdown["kernel_time_us"].sum() > 0:
+        paths.append(breakdown_bars(breakdown, directory))
     arrivals = incident.tables.get("trace_arrivals")
     if arrivals is not None and not arrivals.is_empty():
-        heatmap = skew_heatmap(arrivals, directory)
-        if heatmap is not None:
-            paths.append(heatmap)
+        paths.append(skew_heatmap(arrivals, directory))
+    phases = incident.tables.get("trace_phases")
+    if phases is not None and phases["rank"].n_unique() >= 2:
+        paths.append(phase_heatmap(phases, directory))
     return paths
 
 
