@@ -98,6 +98,26 @@ def test_payload_rank_tag_is_a_last_resort(tmp_path):
     assert lines["rank"].to_list() == [2]
 
 
+@pytest.mark.parametrize(
+    ("text", "rank"),
+    [
+        ("2026-11-24 08:05:56,780 INFO [rank2] step 11 | loss 2.3166 | data_time 0.124s | step_time 0.133s", 2),  # logging format
+        ("[rank: 1] Seed set to 42", 1),  # Lightning
+        ("[Rank 3/8] Step 120, Loss: 2.31, data_time: 12ms", 3),  # print-style trainer
+        ("[RANK 5] saving checkpoint", 5),
+        # A progress bar with no newline, then another process's c10 prefix: that prefix is not this line's rank.
+        (
+            "Tokenizing Prompts (num_proc=64):  92%|#########1| 328986/359152 [29:58<12:05, 41.59 examples/s][rank1]:"
+            "[W516 14:34:56.853490829 socket.cpp:464] [c10d] waitForInput: poll for socket returned 0, likely a timeout",
+            None,
+        ),
+    ],
+)
+def test_payload_rank_tags_in_any_case(tmp_path, text, rank):
+    lines, _, _ = ingest(tmp_path, {"console.log": text + "\n"})
+    assert lines["rank"].to_list() == [rank]
+
+
 def test_carriage_returns_split_but_keep_the_physical_line_number(tmp_path):
     text = (
         "first\n"
