@@ -266,6 +266,7 @@ EXCEPTION_TEXT = (
     r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|return code = -?[1-9]|exit status -?[1-9]|exited on signal"
     r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+"
     r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
+    r"|Check failed: |: Assertion [`'].*' failed\."  # native checks abort the process
 )
 
 

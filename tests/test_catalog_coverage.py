@@ -31,6 +31,8 @@ INTENDED_OVERLAPS = {
     frozenset({"NUM004", "NUM006"}),
     frozenset({"GEN001", "GEN002"}),  # CUDA_ERROR_OUT_OF_MEMORY: the OOM family is the more specific
     frozenset({"EVT018", "GEN007"}),  # a preemption notice that also says a checkpoint is being saved
+    frozenset({"NUM010", "NUM021"}),  # an overflow (an event) whose new loss scale is near the floor (a failure)
+    frozenset({"NUM011", "NUM021"}),
 }
 
 
