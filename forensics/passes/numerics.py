@@ -27,12 +27,15 @@ Notes:
       times its best value so far, having lost at least half the progress made from
       its start, and never comes back below that line to the end of the stream (at least
       PERSIST points): training is undoing itself without a single NaN.
+    - replica_divergence (METRIC007): a rank whose loss departs from its peers' at one
+      step and stays apart (`replicas.departed_ranks`); one finding per such rank.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from forensics.passes.replicas import departed_ranks
 from forensics.schema import FINDINGS, conform, empty
 
 COLLAPSED_SCALE = 2.0**-14  # below fp16's smallest normal: scaled gradients vanish, whatever the start
@@ -58,7 +61,9 @@ KINDS = {
     "grad_explosion": ("METRIC003", f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)", "error"),
     "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
     "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
+    "replica_divergence": ("METRIC007", "Loss departed from the other ranks' and stayed apart (replicas disagree)", "error"),
 }
+PER_RANK_KINDS = {"replica_divergence"}  # one finding per rank, naming it
 STREAM = [pl.col("file"), pl.col("rank").fill_null(-1)]
 
 
@@ -150,6 +155,10 @@ def divergence(metrics: pl.DataFrame) -> pl.DataFrame:
     return _anomalies(onset, "divergence", "smooth", pl.col("best"))
 
 
+def replica_divergence(metrics: pl.DataFrame) -> pl.DataFrame:
+    return _anomalies(departed_ranks(metrics), "replica_divergence", "loss", pl.col("median"))
+
+
 def _first_rank_to_go_bad(bad: pl.DataFrame, metrics: pl.DataFrame) -> int | None:
     """The one rank whose value went non-finite at a step where another rank still logged a
     finite loss: the rank the NaN started on. None when that is not what the logs show."""
@@ -166,7 +175,7 @@ def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
         return pl.DataFrame(schema=NUMERICS)
-    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence)
+    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, replica_divergence)
     return pl.concat([detect(metrics) for detect in detectors]).sort("file", "line", "kind")
 
 
@@ -176,12 +185,15 @@ def numerical_findings(table: pl.DataFrame, metrics: pl.DataFrame, lines: pl.Dat
         return empty(FINDINGS)
     cited = lines.select("file", "line", "text", "host", "time")
     found = []
-    for (kind,), rows in table.group_by("kind", maintain_order=True):
+    per_rank = pl.when(pl.col("kind").is_in(list(PER_RANK_KINDS))).then(pl.col("rank"))
+    for (kind, own_rank), rows in table.with_columns(_own=per_rank).group_by("kind", "_own", maintain_order=True):
         pattern, title, severity = KINDS[kind]
-        first_rank = _first_rank_to_go_bad(rows, metrics) if kind == "non_finite" else None
+        first_rank = _first_rank_to_go_bad(rows, metrics) if kind == "non_finite" else own_rank
         if first_rank is not None:
             rows = rows.filter(pl.col("rank") == first_rank)
-        first = rows.join(cited, on=["file", "line"], how="left").sort([pl.col("time").is_null(), "time", "file", "line"]).head(1)
+        first = (
+            rows.drop("_own").join(cited, on=["file", "line"], how="left").sort([pl.col("time").is_null(), "time", "file", "line"]).head(1)
+        )
         first_row = metrics.join(first.select("file", "line"), on=["file", "line"], how="semi")
         field = "grad norm" if kind == "non_finite" and first_row.filter(~pl.col("loss").is_finite()).is_empty() else "loss"
         found.append(
