@@ -104,11 +104,11 @@ PUBLIC = sorted(p.parent for p in (ROOT / "public").glob("*/expected.json"))
 
 def _quotes_are_verbatim(analysis) -> list[tuple]:
     """(file, line, quoted) for every evidence quote that is not its line's text."""
-    texts = {(f, n): t for f, n, t in analysis.incident.lines.select("file", "line", "text").iter_rows()}
+    pieces = set(analysis.incident.lines.select("file", "line", "text").iter_rows())  # a split line has several
     verdict = analysis.verdict
     rows = [e for h in verdict.hypotheses for e in h.evidence] + ([verdict.first_failure] if verdict.first_failure else [])
     wrong = [
-        (e["file"], e["line"], e["text"]) for e in rows if e.get("text") is not None and texts.get((e["file"], e["line"])) != e["text"]
+        (e["file"], e["line"], e["text"]) for e in rows if e.get("text") is not None and (e["file"], e["line"], e["text"]) not in pieces
     ]
     return wrong
 

@@ -105,17 +105,24 @@ def test_payload_rank_tag_is_a_last_resort(tmp_path):
         ("[rank: 1] Seed set to 42", 1),  # Lightning
         ("[Rank 3/8] Step 120, Loss: 2.31, data_time: 12ms", 3),  # print-style trainer
         ("[RANK 5] saving checkpoint", 5),
-        # A progress bar with no newline, then another process's c10 prefix: that prefix is not this line's rank.
-        (
-            "Tokenizing Prompts (num_proc=64):  92%|#########1| 328986/359152 [29:58<12:05, 41.59 examples/s][rank1]:"
-            "[W516 14:34:56.853490829 socket.cpp:464] [c10d] waitForInput: poll for socket returned 0, likely a timeout",
-            None,
-        ),
     ],
 )
 def test_payload_rank_tags_in_any_case(tmp_path, text, rank):
     lines, _, _ = ingest(tmp_path, {"console.log": text + "\n"})
     assert lines["rank"].to_list() == [rank]
+
+
+def test_a_prefix_glued_after_a_progress_bar_starts_that_rank_s_part_of_the_line(tmp_path):
+    text = (
+        "Tokenizing Prompts (num_proc=64):  92%|#########1| 328986/359152 [29:58<12:05, 41.59 examples/s][rank1]:"
+        "[W516 14:34:56.853490829 socket.cpp:464] [c10d] waitForInput: poll for socket returned 0, likely a timeout\n"
+        "[default0]:[rank0]:[E1123 00:52:57.664949121 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout\n"
+        "waiting for [rank3]: it never came\n"
+    )
+    lines, _, _ = ingest(tmp_path, {"console.log": text})
+    assert lines["line"].to_list() == [1, 1, 2, 3]
+    assert lines["rank"].to_list() == [None, 1, 0, None]
+    assert lines["text"][1].startswith("[rank1]:[W516") and lines["text"][0].endswith("examples/s]")
 
 
 def test_carriage_returns_split_but_keep_the_physical_line_number(tmp_path):

@@ -2,7 +2,8 @@
 
 Works on every text input (rank logs, combined console logs, NCCL debug files, kernel
 logs): a file is read and decoded once, then split, cleaned and decoded entirely with
-Polars expressions over the whole column.
+Polars expressions over the whole column. A physical line is split (keeping its line
+number) at carriage returns and where another process's `[rankN]:` prefix is glued to it.
 
 Rank comes from the line's launcher prefixes first (formats.md 0, 4.4, 4.5): `[rankN]:`
 (c10 and the Python excepthook: global rank), `[<role>N]:` (torchrun --tee: local rank),
@@ -46,6 +47,10 @@ PREFIX = (
     r"|[\w.]+/\d+ "  # NeMo-Run / torchx role
     r")*"
 )
+# A c10 `[rankN]:` prefix glued to the end of another process's unfinished line (a progress
+# bar without its newline): the output after it is rank N's, so the line is split there as at
+# a carriage return. Stacked prefixes (`[default0]:[rank0]:`) and mentions after a space stay.
+GLUED_PREFIX = r"([^\s:])(\[rank\d+\]:)"
 MIN_HOST_LINES = 3
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
@@ -204,7 +209,7 @@ def read_text_files(root: Path, files: Iterable[TextFile]) -> tuple[pl.DataFrame
     raw = pl.concat(frames, how="vertical_relaxed")
     cleaned = (
         raw.lazy()
-        .with_columns(pl.col("raw").str.replace_all(ANSI, "").str.split("\r"))
+        .with_columns(pl.col("raw").str.replace_all(ANSI, "").str.replace_all(GLUED_PREFIX, "${1}\r${2}").str.split("\r"))
         .explode("raw")
         .rename({"raw": "text"})
         .filter(pl.col("text").str.strip_chars().str.len_chars() > 0)
