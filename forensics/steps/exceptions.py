@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
+from forensics.passes.native_crashes import classify_native_crashes
 from forensics.passes.stacks import odd_stack_out, stack_waits, what_the_stalled_rank_did
 from forensics.passes.traceback_context import classify_by_frames, demote_overridden, uncaught_exceptions
 from forensics.steps.common import Progress
 
 
 def traceback_context_pass(incident: Incident, progress: Progress) -> None:
-    """Unrecognized exceptions classified by the subsystem their traceback runs through."""
+    """Unrecognized exceptions and native crashes classified by the subsystem they happened in."""
     context = classify_by_frames(incident.lines, incident.findings)
     incident.findings = demote_overridden(incident.findings, context, incident.lines)
     incident.add_findings(context)
+    incident.add_findings(classify_native_crashes(incident.lines, incident.findings))
     incident.add_findings(uncaught_exceptions(incident.lines, incident.findings))
 
 
