@@ -6,8 +6,8 @@ import polars as pl
 
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.numerics import numerics_table
-from forensics.passes.periodicity import step_times
-from forensics.report.metric_figures import step_time_heatmap, training_curves
+from forensics.passes.periodicity import find_periodicity, spike_periodogram, step_times
+from forensics.report.metric_figures import periodicity_figure, step_time_heatmap, training_curves
 from tests.conftest import lines_frame
 
 
@@ -62,3 +62,14 @@ def test_figures_stay_small_for_many_ranks_and_steps(tmp_path):
 
     curves = training_curves(conform(metrics, METRICS), None, tmp_path)
     assert curves is not None and curves.stat().st_size < 2_000_000
+
+
+def test_periodicity_figure_from_a_periodic_stall(tmp_path):
+    lines = [f"[Rank 0/2] Step {s}, Loss: 2.0, data_time: 5ms, step_time: {900 if s % 10 == 3 else 100}ms" for s in range(1, 81)]
+    lines += [f"[Rank 1/2] Step {s}, Loss: 2.0, data_time: 5ms, step_time: {900 if s % 10 == 3 else 100}ms" for s in range(1, 81)]
+    metrics = extract_metrics(lines_frame(lines))
+    found = find_periodicity(metrics)
+    assert found["period_steps"].to_list() == [10]
+    times = step_times(metrics)
+    path = periodicity_figure(times, found.row(0, named=True), spike_periodogram(times), tmp_path)
+    assert path.name == "periodicity.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -7,7 +7,7 @@ import datetime as dt
 import polars as pl
 
 from forensics.passes.correlation import correlate, event_steps, explain_periodicity
-from forensics.passes.periodicity import find_periodicity
+from forensics.passes.periodicity import MAX_PERIODOGRAM, find_periodicity, spike_periodogram, step_times
 from forensics.schema import FINDINGS, METRICS, conform
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -80,6 +80,20 @@ def test_the_period_holds_when_random_spikes_are_added():
         found = find_periodicity(_with_noise(metrics, noise))
         assert found["period_steps"].to_list() == [50], (trial, noise)
         assert found["spikes"][0] == 20 and found["strength"][0] == 1.0
+
+
+def test_the_spike_periodogram_peaks_at_the_period_under_noise():
+    import random
+
+    metrics, _ = _run(stall_every=50, steps=1000)
+    noise = random.Random(3).sample([s for s in range(1, 1001) if s % 50], 15)
+    gram = spike_periodogram(step_times(_with_noise(metrics, noise)))
+    assert gram["period"].min() == 2 and gram["period"].max() == MAX_PERIODOGRAM
+    full = gram.filter(pl.col("strength") == 1.0)
+    assert full["period"][0] == 50 and full.filter(pl.col("period") == 50)["spikes"][0] == 20
+    # Multiples of the period are as strong but hold fewer spikes; divisors hold as many at half the strength.
+    best = gram.with_columns(score=pl.col("strength") * pl.col("spikes")).sort("score", descending=True)
+    assert best["period"][0] == 50 and best["score"][0] > 1.5 * best["score"][1]
 
 
 def test_random_spikes_alone_make_no_period():

@@ -35,6 +35,7 @@ SPIKE_MADS = 4.0
 NEIGHBOURS = 4
 MAX_CHANCE = 0.01
 MAX_CANDIDATES = 64
+MAX_PERIODOGRAM = 200
 
 PERIODICITY = {
     "signal": pl.String,
@@ -96,6 +97,30 @@ def find_periodicity(metrics: pl.DataFrame, times: pl.DataFrame | None = None) -
             "explained_by": [None],
         },
         schema=PERIODICITY,
+    )
+
+
+def spike_periodogram(times: pl.DataFrame, max_period: int = MAX_PERIODOGRAM) -> pl.DataFrame:
+    """(period, strength, spikes) for every period from 2 to `max_period` steps (at most a third
+    of the logged steps): the best phase's share of steps that spiked, as in the Notes, over all
+    spikes of the job's series. A true period and its multiples stand out; empty without spikes."""
+    series = job_step_times(times) if not times.is_empty() else pl.DataFrame(schema={"step": pl.Int64, "step_time_s": pl.Float64})
+    peaks = spikes(series) if series.height else series
+    longest = min(max_period, series.height // 3)
+    if peaks.is_empty() or longest < 2:
+        return pl.DataFrame(schema={"period": pl.Int64, "strength": pl.Float64, "spikes": pl.Int64})
+    flagged = series.select("step", spiked=pl.col("step").is_in(peaks["step"].implode()).cast(pl.Int64))
+    periods = pl.DataFrame({"period": pl.int_range(2, longest + 1, eager=True).cast(pl.Int64)})
+    return (
+        flagged.join(periods, how="cross")
+        .group_by("period", phase=pl.col("step") % pl.col("period"))
+        .agg(pl.col("spiked").sum().alias("spikes"), pl.len().alias("occasions"))
+        .with_columns(strength=pl.col("spikes") / pl.col("occasions"))
+        .sort("strength", "spikes", descending=True)
+        .group_by("period", maintain_order=True)
+        .first()
+        .select("period", "strength", pl.col("spikes").cast(pl.Int64))
+        .sort("period")
     )
 
 

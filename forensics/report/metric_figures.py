@@ -1,7 +1,7 @@
-"""PNG figures of the training dynamics: metrics over steps, and step time per rank x step.
+"""PNG figures of the training dynamics: metrics over steps, step time per rank x step, and the period.
 
-Rendering only: METRICS, the `numerics` anomalies and the `step_times` table in, paths
-out. A panel is drawn only for a measure with at least MIN_POINTS stepped values that
+Rendering only: METRICS, the `numerics` anomalies, the `step_times` table, the
+`periodicity` row and its spike periodogram in, paths out. A panel is drawn only for a measure with at least MIN_POINTS stepped values that
 vary, and a figure only when it has a panel: no empty or flat charts. Size is bounded
 whatever the input: at most MAX_STREAMS lines per panel (the lowest ranks; the title
 says how many were left out) and MAX_COLUMNS heatmap columns (steps binned).
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.passes.periodicity import job_step_times, spikes
 from forensics.report.plotting import pyplot, save
 
 MIN_POINTS = 2
@@ -35,6 +36,8 @@ ANOMALY_STYLE = {
     "divergence": ("v", "purple"),
     "grad_explosion": ("*", "red"),
     "loss_scale_collapse": ("o", "red"),
+    "plateau": ("s", "grey"),
+    "replica_divergence": ("D", "brown"),
 }
 
 
@@ -120,3 +123,32 @@ def step_time_heatmap(times: pl.DataFrame, out_dir: Path) -> Path | None:
     ax.set_title("Step time relative to the median rank at each step")
     fig.colorbar(image, ax=ax, label="x median")
     return save(fig, out_dir, "step_times.png")
+
+
+def periodicity_figure(times: pl.DataFrame, found: dict, periodogram: pl.DataFrame, out_dir: Path) -> Path:
+    """periodicity.png: the job's step time with its spikes and the period's steps marked (top), and
+    the spike periodogram, spikes in each period's best phase coloured by its strength (bottom)."""
+    series = job_step_times(times)
+    peaks = spikes(series)
+    period, phase = found["period_steps"], found["phase"]
+    plt = pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.5))
+    top.plot(series["step"].to_list(), series["step_time_s"].to_list(), color="#4c72b0", linewidth=0.8)
+    top.scatter(peaks["step"].to_list(), peaks["step_time_s"].to_list(), color="red", s=12, zorder=3, label="spike")
+    first, last = series["step"].min(), series["step"].max()
+    start = first + (phase - first) % period
+    for step in range(start, last + 1, period)[:MAX_COLUMNS]:
+        top.axvline(step, color="grey", linestyle=":", linewidth=0.7)
+    cause = found.get("explained_by") or ""
+    explained = f"; coincides with: {cause if len(cause) <= 48 else cause[:47] + '…'}" if cause else ""
+    top.set_title(f"Step time (median over ranks): a spike every {period} steps{explained}")
+    top.set_xlabel("step")
+    top.set_ylabel("step time (s)")
+    top.legend(loc="upper right", fontsize="small")
+    colours = pyplot().get_cmap("viridis")([min(1.0, s) for s in periodogram["strength"].to_list()])
+    bottom.bar(periodogram["period"].to_list(), periodogram["spikes"].to_list(), color=colours, width=0.9)
+    bottom.axvline(period, color="red", linewidth=1.0)
+    bottom.set_xlabel("period (steps)")
+    bottom.set_ylabel("spikes in best phase")
+    bottom.set_title("Spike periodogram (colour: share of the phase's steps that spiked)")
+    return save(fig, out_dir, "periodicity.png")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from forensics.incident import Incident
 from forensics.passes.correlation import correlate, event_steps, explain_periodicity
-from forensics.passes.periodicity import find_periodicity, step_times
+from forensics.passes.periodicity import find_periodicity, spike_periodogram, step_times
 from forensics.passes.slowdown import job_slowdown
 from forensics.passes.stragglers import find_stragglers
-from forensics.report.metric_figures import step_time_heatmap, training_curves
+from forensics.report.metric_figures import periodicity_figure, step_time_heatmap, training_curves
 from forensics.steps.common import Progress
 
 
@@ -35,8 +35,11 @@ def straggler_pass(incident: Incident, progress: Progress) -> None:
 
 
 def draw_metric_figures(incident: Incident, directory: Path) -> list[Path]:
-    """training.png and step_times.png, each only when the metrics hold something to draw."""
+    """training.png, step_times.png and periodicity.png, each only when there is something to draw."""
     times = incident.tables.get("step_times")
     drawn = [training_curves(incident.metrics, incident.tables.get("numerics"), directory)]
     drawn.append(step_time_heatmap(times, directory) if times is not None else None)
+    found = incident.tables.get("periodicity")
+    if times is not None and found is not None and not found.is_empty():
+        drawn.append(periodicity_figure(times, found.row(0, named=True), spike_periodogram(times), directory))
     return [path for path in drawn if path is not None]
