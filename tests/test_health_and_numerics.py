@@ -331,3 +331,15 @@ def test_an_average_loss_in_a_progress_bar_that_turns_nan_is_numerical():
     )
     assert _numerical(lines).select("pattern", "category").row(0) == ("METRIC001", "NUMERICAL")
     assert extract_metrics(lines_frame(["epoch 3, val_loss=0.41, eval_loss: 0.40"])).is_empty()
+
+
+def test_a_loss_stuck_at_its_start_is_a_plateau_only_when_logged_from_the_start():
+    import random
+
+    rnd = random.Random(2)
+    stuck = [10.37 * (1 + rnd.gauss(0, 0.01)) for _ in range(60)]  # ln(32000): a model that learns nothing
+    found = numerics_table(extract_metrics(_loss_lines(stuck)))
+    assert found["kind"].to_list() == ["plateau"] and found["step"][0] == 5  # the first smoothed point
+    mid_run = lines_frame([f" iteration {i:8d}/  250000 | lm loss: {loss:.6E} | loss scale: 1.0 |" for i, loss in enumerate(stuck, 5001)])
+    assert numerics_table(extract_metrics(mid_run)).is_empty()  # an excerpt of a converged run is not judged
+    assert numerics_table(extract_metrics(_loss_lines(_noisy_curve(2)))).is_empty()

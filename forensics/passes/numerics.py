@@ -27,6 +27,11 @@ Notes:
       times its best value so far, having lost at least half the progress made from
       its start, and never comes back below that line to the end of the stream (at least
       PERSIST points): training is undoing itself without a single NaN.
+    - plateau (METRIC008, info): a stream logged from the start of training (first step
+      at most PLATEAU_FIRST_STEP) over at least PLATEAU_POINTS losses whose smoothed loss
+      never fell PLATEAU_LEARNED below its start: the model is not learning (learning rate
+      zero, frozen weights, masked labels). Cites the stream's first smoothed point; the
+      reference is its best. An excerpt from the middle of a run is not judged.
     - replica_divergence (METRIC007): a rank whose loss departs from its peers' at one
       step and stays apart (`replicas.departed_ranks`); one finding per such rank.
 """
@@ -49,6 +54,9 @@ SMOOTH = 5
 DIVERGED_RATIO = 2.0
 PERSIST = 3
 MIN_LOSS_POINTS = 10
+PLATEAU_POINTS = 40
+PLATEAU_FIRST_STEP = 10
+PLATEAU_LEARNED = 0.05
 
 NUMERICS = {
     "kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "step": pl.Int64,
@@ -61,6 +69,7 @@ KINDS = {
     "grad_explosion": ("METRIC003", f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)", "error"),
     "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
     "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
+    "plateau": ("METRIC008", "The loss has not improved since the start (plateau)", "info"),
     "replica_divergence": ("METRIC007", "Loss departed from the other ranks' and stayed apart (replicas disagree)", "error"),
 }
 PER_RANK_KINDS = {"replica_divergence"}  # one finding per rank, naming it
@@ -155,6 +164,20 @@ def divergence(metrics: pl.DataFrame) -> pl.DataFrame:
     return _anomalies(onset, "divergence", "smooth", pl.col("best"))
 
 
+def plateau(metrics: pl.DataFrame) -> pl.DataFrame:
+    segment = [*STREAM, "segment"]
+    smooth = pl.col("loss").rolling_median(window_size=SMOOTH, min_samples=SMOOTH).over(segment)
+    scored = (
+        _losses(metrics.filter(pl.col("step").is_not_null()))
+        .filter((pl.len().over(segment) >= PLATEAU_POINTS) & (pl.col("step").min().over(segment) <= PLATEAU_FIRST_STEP))
+        .with_columns(smooth=smooth)
+        .with_columns(start=pl.col("smooth").drop_nulls().first().over(segment), best=pl.col("smooth").min().over(segment))
+    )
+    stuck = scored.filter(pl.col("best") > (1 - PLATEAU_LEARNED) * pl.col("start"))
+    first = stuck.filter(pl.col("smooth").is_not_null()).sort("file", "line").group_by(segment, maintain_order=True).first()
+    return _anomalies(first, "plateau", "smooth", pl.col("best"))
+
+
 def replica_divergence(metrics: pl.DataFrame) -> pl.DataFrame:
     return _anomalies(departed_ranks(metrics), "replica_divergence", "loss", pl.col("median"))
 
@@ -175,7 +198,7 @@ def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
         return pl.DataFrame(schema=NUMERICS)
-    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, replica_divergence)
+    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, plateau, replica_divergence)
     return pl.concat([detect(metrics) for detect in detectors]).sort("file", "line", "kind")
 
 

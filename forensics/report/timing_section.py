@@ -13,6 +13,8 @@ KIND_NAMES = {
     "grad_explosion": "gradient explosion",
     "loss_spike": "loss spike",
     "divergence": "divergence",
+    "plateau": "plateau",
+    "replica_divergence": "rank departs from its peers",
 }
 
 
