@@ -1,7 +1,9 @@
 """The fleet view over many incidents: index.parquet and fleet.md.
 
-What fails most (categories), which hosts keep failing (culprit hosts in two or more
-incidents), and when (incidents per month and category).
+What fails most (categories of failures; healthy runs are counted apart), which hosts keep
+failing (culprit hosts in two or more incidents), and when: incidents per month and
+category, the intervals between failures (MTBF, regular or bursty) and whether they
+cluster at some hours of the day (`time_patterns`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from forensics.batch.run import INDEX_COLUMNS
+from forensics.batch.time_patterns import MIN_DATED, WINDOW_HOURS, failure_intervals, failures, hour_of_day_cluster
 from forensics.report.markup import cell, code, table
 
 INDEX_SCHEMA = {
@@ -45,10 +48,13 @@ def render_fleet(index: pl.DataFrame) -> str:
         f"{index.height} incidents, {analyzed.height} analyzed, {index.height - analyzed.height} failed to analyze.",
         "",
     ]
+    failed_runs = failures(index)
     if not analyzed.is_empty():
-        by_category = analyzed.group_by("category").len().sort(["len", "category"], descending=[True, False])
-        rows = [(code(c), str(n), f"{100 * n / analyzed.height:.0f}%") for c, n in by_category.iter_rows()]
-        out += ["## What fails most", "", table(["category", "incidents", "share"], rows), ""]
+        healthy = analyzed.height - failed_runs.height
+        by_category = failed_runs.group_by("category").len().sort(["len", "category"], descending=[True, False])
+        rows = [(code(c), str(n), f"{100 * n / failed_runs.height:.0f}%") for c, n in by_category.iter_rows()]
+        out += ["## What fails most", "", f"{failed_runs.height} failures; {healthy} runs were healthy (NO_FAILURE).", ""]
+        out += [table(["category", "failures", "share"], rows), ""] if rows else []
         hosts = (
             analyzed.select("id", "category", host=pl.col("culprit_hosts"))
             .explode("host")
@@ -66,11 +72,53 @@ def render_fleet(index: pl.DataFrame) -> str:
             months = dated.group_by(pl.col("start").dt.strftime("%Y-%m").alias("month"), "category").len().sort(["month", "category"])
             rows = [(m, code(c), str(n)) for m, c, n in months.iter_rows()]
             out += ["## When", "", table(["month", "category", "incidents"], rows), ""]
+        out += _timing(index)
     failed = index.filter(pl.col("error").is_not_null())
     if not failed.is_empty():
         rows = [(code(i), cell(e, 200)) for i, e in failed.select("id", "error").iter_rows()]
         out += ["## Could not analyze", "", table(["incident", "error"], rows), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _reading(cv: float | None) -> str:
+    if cv is None:
+        return "—"
+    return "regular (periodic?)" if cv < 0.5 else "bursty" if cv > 1.5 else "random"
+
+
+def _timing(index: pl.DataFrame) -> list[str]:
+    """Failure intervals per category and hour-of-day clustering, with how many failures had no date."""
+    dated = failures(index).filter(pl.col("start").is_not_null()).height
+    undated = failures(index).height - dated
+    out = ["## Failure intervals and time of day", ""]
+    if undated:
+        out += [f"{undated} failures carry no start time (their logs hold no timestamp) and are left out here.", ""]
+    intervals = failure_intervals(index)
+    if not intervals.is_empty():
+        rows = [
+            (
+                code(r["category"]),
+                str(r["failures"]),
+                f"{r['mtbf_h']:.1f}",
+                f"{r['median_gap_h']:.1f}",
+                cell(None if r["cv"] is None else round(r["cv"], 2)),
+                _reading(r["cv"]),
+            )
+            for r in intervals.iter_rows(named=True)
+        ]
+        out += [table(["category", "failures", "MTBF (h)", "median interval (h)", "CV", "reading"], rows), ""]
+    cluster = hour_of_day_cluster(index)
+    if cluster:
+        last = (cluster["first_hour"] + WINDOW_HOURS) % 24
+        out += [
+            f"Failures cluster between {cluster['first_hour']:02d}:00 and {last:02d}:00 UTC: {cluster['failures']} of "
+            f"{cluster['dated']} dated failures against {100 * cluster['expected_share']:.0f}% expected by chance "
+            f"(p = {cluster['chance']:.2g}). Look for what runs then: cron jobs, backups, maintenance, peak load.",
+            "",
+        ]
+    elif dated >= MIN_DATED:
+        out += [f"No hour of the day stands out among {dated} dated failures.", ""]
+    return out if len(out) > 2 else []
 
 
 def write_fleet(rows: list[dict[str, Any]], out: Path) -> pl.DataFrame:

@@ -143,12 +143,12 @@ def _best_period(logged: pl.Series, spiked: pl.Series, tiers: int = 1) -> tuple[
         if hits < MIN_SPIKES or strength < MIN_STRENGTH or (best is not None and hits <= best[3]):
             continue
         # Could chance fill this phase? Every phase of every candidate was a try (Bonferroni).
-        if _binomial_tail(int(hits), occasions, base_rate) * tries < MAX_CHANCE:
+        if binomial_tail(int(hits), occasions, base_rate) * tries < MAX_CHANCE:
             best = (int(period), int(phase), strength, int(hits))
     return best
 
 
-def _binomial_tail(hits: int, trials: int, rate: float) -> float:
+def binomial_tail(hits: int, trials: int, rate: float) -> float:
     """P(at least `hits` successes in `trials` draws at `rate`)."""
     if rate <= 0.0:
         return 0.0 if hits > 0 else 1.0
