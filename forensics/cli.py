@@ -180,11 +180,18 @@ def traces(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="'json' for the contract's per-rank list.")] = OutputFormat.text,
 ) -> None:
     """Per-rank GPU time breakdown of profiler traces, with HTA's definitions."""
-    from forensics.passes.trace_breakdown import trace_summary_json
+    import polars as pl
+
+    from forensics.discover import discover
+    from forensics.ingest.traces import load_traces
+    from forensics.passes.trace_breakdown import trace_breakdown
+    from forensics.schema import InputKind, InputStatus
 
     if not directory.is_dir():
         raise _fail(f"{directory} is not a directory")
-    rows = trace_summary_json(directory)
+    inputs = discover(directory).filter((pl.col("kind") == InputKind.TRACE) & pl.col("status").is_null())
+    loads = [t for t in load_traces([directory / p for p in inputs["path"]]) if t.status != InputStatus.SKIPPED]
+    rows = trace_breakdown(loads)
     if not rows:
         raise _fail(f"no readable profiler trace under {directory}")
     if output_format == OutputFormat.json:

@@ -59,3 +59,8 @@ def incident(tmp_path: Path):
         return write_files(tmp_path / f"incident{next(counter)}", files)
 
     return make
+
+
+def find_traces(directory: Path) -> list[Path]:
+    """The trace files of a fixture folder (`*.json`, `*.json.gz`), sorted."""
+    return sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))

@@ -9,9 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.ingest.traces import find_traces, load_trace, load_traces
+from forensics.ingest.traces import load_trace, load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.schema import FINDINGS
+from tests.conftest import find_traces
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "traces"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.ingest.traces import find_traces, load_traces
+from forensics.ingest.traces import load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.passes.trace_phases import COLLECTIVES, leading_phases, phase_times, slow_phase_findings
+from tests.conftest import find_traces
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures"
 # Real torchrun run (gloo, CPU, torch.profiler CPU activity), rank 2's disk slow: see its expected.json.

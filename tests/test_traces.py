@@ -9,9 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
 import forensics.ingest.traces as traces_module
-from forensics.ingest.traces import EVENTS, file_statuses, find_traces, load_trace, load_traces, rank_from_name
+from forensics.cli import app
+from forensics.ingest.traces import EVENTS, file_statuses, load_trace, load_traces, rank_from_name
 from forensics.passes.trace_breakdown import (
     breakdown_frame,
     idle_time_breakdown,
@@ -19,8 +21,8 @@ from forensics.passes.trace_breakdown import (
     kernel_type_breakdown,
     top_kernels,
     trace_breakdown,
-    trace_summary_json,
 )
+from tests.conftest import find_traces
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "traces"
@@ -209,12 +211,13 @@ def test_nccl_dev_kernels_count_as_communication(tmp_path):
     assert row["comp_comm_overlap_pctg"] == 50.0
 
 
-def test_trace_summary_json_is_contract_shaped_and_skips_non_traces(tmp_path):
+def test_traces_cli_is_contract_shaped_and_skips_non_traces(tmp_path):
     (tmp_path / "notes.json").write_text("not json")
     (tmp_path / "rank0.json").write_bytes((FIXTURES / "straggler_4rank" / "rank0.pt.trace.json").read_bytes())
-    rows = trace_summary_json(tmp_path)
+    result = CliRunner().invoke(app, ["traces", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
     assert len(rows) == 1 and list(rows[0]) == CONTRACT_KEYS
-    json.dumps(rows)
 
 
 # --- parity with HTA 0.5.0 (numbers recorded by benchmarks/traces_vs_hta.py) ------

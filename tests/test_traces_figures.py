@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.flow import analyze
-from forensics.ingest.traces import find_traces, load_traces
+from forensics.ingest.traces import load_traces
 from forensics.passes.collective_alignment import align_collectives
 from forensics.passes.trace_breakdown import breakdown_frame
 from forensics.passes.trace_phases import phase_times
 from forensics.report.trace_figures import breakdown_bars, phase_heatmap, skew_heatmap
 from forensics.steps.traces import draw_trace_figures
+from tests.conftest import find_traces
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 CPU_TRACES = FIXTURES.parent / "incidents" / "straggler_cpu_trace" / "traces"

@@ -425,14 +425,6 @@ def load_traces(paths: list[Path]) -> list[TraceLoad]:
     return loads
 
 
-TRACE_SUFFIXES = (".json", ".json.gz")
-
-
-def find_traces(directory: Path) -> list[Path]:
-    """Trace-looking files under `directory` (`*.json`, `*.json.gz`, `*.pt.trace.json(.gz)`)."""
-    return sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
-
-
 def file_statuses(loads: list[TraceLoad], root: Path) -> list[FileStatus]:
     """How each trace fared, for `Incident.apply_statuses` (paths relative to `root`; `lines` = events kept)."""
     return [

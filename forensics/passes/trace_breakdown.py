@@ -27,12 +27,9 @@ Notes:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
-from forensics.ingest.traces import TraceLoad, find_traces, load_traces
-from forensics.schema import InputStatus
+from forensics.ingest.traces import TraceLoad
 
 COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
 
@@ -189,16 +186,6 @@ def trace_breakdown(loads: list[TraceLoad]) -> list[dict]:
     """CONTRACT.md's `forensics traces --format json` list, sorted by rank."""
     frame = breakdown_frame(loads).sort("rank", nulls_last=True).drop("file")
     return frame.to_dicts()
-
-
-def trace_summary_json(directory: Path) -> list[dict]:
-    """`forensics traces DIR --format json`: find the traces under DIR, load, break down.
-
-    Files that are not traces at all (no readable JSON) are left out; a file whose
-    rank cannot be told keeps `"rank": null`.
-    """
-    loads = [t for t in load_traces(find_traces(directory)) if t.status != InputStatus.SKIPPED]
-    return trace_breakdown(loads)
 
 
 def _type_sweep(gpu: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
