@@ -139,5 +139,9 @@ assert confidence["category"][-1] == "UNKNOWN"
 # fleet.md reports the same counts as the index.
 fleet_md = (out / "fleet.md").read_text()
 assert f"{len(fixture_dirs)} incidents, {len(fixture_dirs)} analyzed, 0 failed to analyze." in fleet_md
-table_rows = per_category.select(pl.format("| `{}` | {} |", "category", "incidents").alias("row"))
+# Its table counts failures only; healthy runs are one sentence.
+failures = per_category.filter(pl.col("category") != "NO_FAILURE")
+table_rows = failures.select(pl.format("| `{}` | {} |", "category", "incidents").alias("row"))
 assert table_rows.select(pl.lit(fleet_md).str.contains(pl.col("row"), literal=True).all()).item()
+healthy = per_category.filter(pl.col("category") == "NO_FAILURE")["incidents"].sum()
+assert f"{failures['incidents'].sum()} failures; {healthy} runs were healthy (NO_FAILURE)." in fleet_md

@@ -25,15 +25,17 @@ from pathlib import Path
 import polars as pl
 
 import forensics
-from forensics.ingest.traces import find_traces, load_traces
+from forensics.discover import discover
+from forensics.ingest.traces import load_traces
 from forensics.passes.collective_alignment import align_collectives
-from forensics.passes.trace_breakdown import breakdown_frame, kernel_type_breakdown, trace_summary_json
+from forensics.passes.trace_breakdown import breakdown_frame, kernel_type_breakdown, trace_breakdown
 from forensics.report.trace_figures import breakdown_bars, skew_heatmap
-from forensics.schema import InputStatus
+from forensics.schema import InputKind, InputStatus
 
 repo = Path.cwd() if (Path.cwd() / "fixtures").is_dir() else Path.cwd().parent
 traces = repo / "fixtures" / "traces" / "straggler_4rank"
-loads = [t for t in load_traces(find_traces(traces)) if t.status != InputStatus.SKIPPED]
+found = discover(traces).filter(pl.col("kind") == InputKind.TRACE)
+loads = [t for t in load_traces([traces / p for p in found["path"]]) if t.status != InputStatus.SKIPPED]
 pl.DataFrame(
     {
         "file": [t.path.name for t in loads],
@@ -58,12 +60,12 @@ built
 
 # %% [markdown]
 # ## GPU time breakdown per rank
-# `forensics traces DIR --format json` prints `trace_summary_json(DIR)`; `breakdown_frame` is
-# the same table as a frame. Holistic Trace Analysis's definitions: the last profiler step
+# `forensics traces DIR --format json` prints `trace_breakdown(loads)` for the traces that
+# discovery finds under DIR; `breakdown_frame` is the same table as a frame. Holistic Trace Analysis's definitions: the last profiler step
 # is dropped, so two of the three steps count.
 
 # %%
-cli_rows = pl.DataFrame(trace_summary_json(traces))
+cli_rows = pl.DataFrame(trace_breakdown(loads))
 breakdown = breakdown_frame(loads).sort("rank")
 breakdown.drop("file")
 
