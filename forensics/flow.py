@@ -38,24 +38,26 @@ def _quiet(_: str) -> None:
     return None
 
 
-def ingest_text(incident: Incident) -> None:
+def ingest_text(incident: Incident, literals: list[str] | tuple[str, ...] = ()) -> None:
+    """Read the incident's pending text files into `lines`; large files keep what holds `literals`."""
     pending = incident.inputs.filter(pl.col("kind").is_in([str(k) for k in TEXT_KINDS]) & pl.col("status").is_null())
     files = []
     for path in pending["path"].to_list():
         rank, local = rank_from_name(path)
         files.append(TextFile(path, rank, local))
-    lines, statuses, conflicts = read_text_files(incident.root, files)
+    lines, statuses, conflicts = read_text_files(incident.root, files, literals)
     incident.lines = lines
     incident.apply_statuses(statuses)
     incident.add_findings(conflicts)
 
 
-def load_incident(root: Path, progress: Progress = _quiet) -> Incident:
+def load_incident(root: Path, progress: Progress = _quiet, catalog: Catalog | None = None) -> Incident:
     """Discover and read an incident (a folder, or one log file) into its frames.
 
     Leaves `inputs`, `lines` and the readers' tables filled; findings hold only what
-    reading itself found (rank claims that disagree, traces with problems). Raises
-    InputError when there is nothing to analyze.
+    reading itself found (rank claims that disagree, traces with problems). Large text
+    files keep the lines holding `catalog`'s literals (default: the built-in catalog)
+    with their context. Raises InputError when there is nothing to analyze.
     """
     root = Path(root)
     if not root.exists():
@@ -74,8 +76,9 @@ def load_incident(root: Path, progress: Progress = _quiet) -> Incident:
         raise InputError(f"{root} contains no files")
 
     progress(f"reading {incident.inputs.height} files")
+    catalog = catalog if catalog is not None else load_full()
     with timed(incident, "read text"):
-        ingest_text(incident)
+        ingest_text(incident, [literal for pattern in catalog.patterns for literal in pattern.literals])
     for step in sources.SOURCES:
         run_isolated(step, incident, progress)
     _mark_unclaimed(incident)
@@ -122,7 +125,8 @@ def analyze_incident(incident: Incident, catalog: Catalog | None = None, progres
 
 def analyze(root: Path, catalog: Catalog | None = None, progress: Progress = _quiet) -> Analysis:
     """The whole flow for one incident folder or log file: load it, then analyze it."""
-    return analyze_incident(load_incident(root, progress), catalog, progress)
+    catalog = catalog if catalog is not None else load_full()
+    return analyze_incident(load_incident(root, progress, catalog), catalog, progress)
 
 
 @contextmanager

@@ -25,6 +25,7 @@ class FileStatus:
     problem: str | None = None
     lines: int | None = None
     cut_mid_line: bool | None = None  # text only: the last line has no newline
+    lines_kept: int | None = None  # text only: lines kept for analysis (fewer when condensed)
 
 
 @dataclass
@@ -74,8 +75,16 @@ class Incident:
                 "problem": [s.problem for s in statuses],
                 "lines": [s.lines for s in statuses],
                 "cut_mid_line": [s.cut_mid_line for s in statuses],
+                "lines_kept": [s.lines_kept for s in statuses],
             },
-            schema={"path": pl.String, "status": pl.String, "problem": pl.String, "lines": pl.Int64, "cut_mid_line": pl.Boolean},
+            schema={
+                "path": pl.String,
+                "status": pl.String,
+                "problem": pl.String,
+                "lines": pl.Int64,
+                "cut_mid_line": pl.Boolean,
+                "lines_kept": pl.Int64,
+            },
         ).unique("path", keep="last")
         self.inputs = self.inputs.update(update, on="path", how="left", include_nulls=False)
 

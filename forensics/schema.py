@@ -145,6 +145,7 @@ INPUTS = frame(
     ("host", pl.String, "the host its name or content names"),
     ("bytes", pl.Int64, "size on disk"),
     ("lines", pl.Int64, "text lines read"),
+    ("lines_kept", pl.Int64, "text lines kept for analysis: fewer than `lines` when a large file was condensed"),
     ("status", pl.String, "InputStatus: parsed, partial or skipped"),
     ("problem", pl.String, "why partial or skipped; null when parsed"),
     ("cut_mid_line", pl.Boolean, "a text file whose last line has no newline: its writer stopped mid-line"),

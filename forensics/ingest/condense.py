@@ -1,0 +1,79 @@
+"""Keep what the analysis reads from a large text file, so a big incident fits in memory.
+
+Enters: one file's physical lines (`line`, `raw`) and how many training-metric lines the
+file may keep. Leaves: the subset the passes read, line numbers unchanged.
+
+Assumes the passes read only (a) lines that hold a catalog literal or a failure word, with
+the traceback, stack or table around them, and notes (warnings, NCCL, exits, completion,
+checkpoints) on their own, (b) training-metric lines, and (c) the first
+and last lines of the file (how a rank started, where it stopped). A file of at most
+FULL_FILE_LINES lines is kept whole. In a larger one the metric lines are sampled at a
+fixed stride, keeping every metric line near the end and every line with a nan/inf value:
+a loss spike or a slow step that falls between two samples is not seen, and the report
+says how many lines each file kept.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import cache
+
+import polars as pl
+
+from forensics.ingest.metrics import CANDIDATE as METRIC_CANDIDATE
+
+FULL_FILE_LINES = 20_000
+HEAD_LINES = 200
+TAIL_LINES = 1_000
+BEFORE_HIT = 30  # the lines leading up to a failure line (a log record's own header)
+AFTER_HIT = 200  # a traceback, a stack dump or a torchrun failure table after its first line
+TAIL_METRIC_LINES = 500
+# Words of failure lines, kept with the lines around them: errors and exceptions, tracebacks
+# and thread dumps, signals, kills, asserts, timeouts.
+FAILURE_WORDS = (
+    r"(?i)error|exception|traceback|most recent call|fatal|critical|abort|fail|kill|signal|segmentation|core dump"
+    r"|assert|timeout|timed out|watchdog|terminat|out of memory|thread 0x|^\s*thread \d"
+)
+# Words of lines kept on their own: warnings, communicator and launcher notes, exits,
+# preemptions, completion and checkpoint notes.
+NOTE_WORDS = r"(?i)warn|nccl|gloo|rendezvous|barrier|exit|preempt|cancel|complete|finish|success|saving|saved|checkpoint"
+NONFINITE_VALUE = r"(?i)[:=]\s*'?[-+]?(?:nan|inf)\b"
+
+
+def metric_lines_per_file(files: int, budget: int) -> int:
+    """The metric lines one file may keep when `files` files share `budget` of them."""
+    return max(TAIL_METRIC_LINES, budget // max(files, 1))
+
+
+@cache
+def _kept_words(literals: tuple[str, ...]) -> tuple[str, str]:
+    """(any line worth keeping, a failure line kept with its context) as two regexes."""
+    words = "|".join(w.removeprefix("(?i)") for w in (FAILURE_WORDS, NOTE_WORDS, NONFINITE_VALUE))
+    escaped = "|".join(re.escape(literal) for literal in literals)
+    failure = FAILURE_WORDS + (f"|(?-i:{escaped})" if literals else "")
+    return (f"(?:{escaped})|(?i:{words})" if literals else f"(?i:{words})"), failure
+
+
+def condense(lines: pl.DataFrame, literals: tuple[str, ...], metric_lines: int) -> pl.DataFrame:
+    """The rows of `lines` the analysis reads (all of them when the file is small).
+
+    One scan of every line finds what is worth keeping (a literal or a word, rare by
+    design), another finds metric lines; failure lines are told apart on the few kept.
+    """
+    total = lines.height
+    if total <= FULL_FILE_LINES:
+        return lines
+    worth, failure = _kept_words(literals)
+    raw, line = pl.col("raw"), pl.col("line")
+    marked = lines.with_columns(_worth=raw.str.contains(worth), _metric=raw.str.contains(METRIC_CANDIDATE))
+    failures = marked.filter("_worth").filter(raw.str.contains(failure))["line"]
+    hit_line = pl.when(line.is_in(failures.implode())).then(line)
+    near_failure = ((line - hit_line.forward_fill()) <= AFTER_HIT) | ((hit_line.backward_fill() - line) <= BEFORE_HIT)
+    metric_total = int(marked["_metric"].sum())
+    stride = max(1, math.ceil((metric_total - TAIL_METRIC_LINES) / max(metric_lines - TAIL_METRIC_LINES, 1)))
+    metric_index = pl.col("_metric").cast(pl.Int64).cum_sum()
+    sampled = pl.col("_metric") & ((metric_index % stride == 0) | (metric_index > metric_total - TAIL_METRIC_LINES))
+    row = pl.int_range(pl.len())
+    edges = (row < HEAD_LINES) | (row >= total - TAIL_LINES)
+    return marked.filter(edges | pl.col("_worth") | near_failure.fill_null(False) | sampled).drop("_worth", "_metric")
