@@ -20,12 +20,13 @@ from forensics.catalog.load import Catalog, load_full
 from forensics.catalog.match import match_catalog
 from forensics.discover import discover, rank_from_name
 from forensics.incident import FileStatus, Incident
+from forensics.ingest.condense import WORDS_ONLY, Keep
 from forensics.ingest.metrics import extract_metrics
 from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.cross_rank import rank_table, world_size
 from forensics.passes.templates import unmatched_error_templates
 from forensics.passes.verbatim import quote_lines
-from forensics.schema import InputKind, InputStatus
+from forensics.schema import InputKind, InputStatus, Role
 from forensics.steps.common import Step
 from forensics.verdict import decide
 
@@ -38,14 +39,14 @@ def _quiet(_: str) -> None:
     return None
 
 
-def ingest_text(incident: Incident, literals: list[str] | tuple[str, ...] = ()) -> None:
-    """Read the incident's pending text files into `lines`; large files keep what holds `literals`."""
+def ingest_text(incident: Incident, keep: Keep = WORDS_ONLY) -> None:
+    """Read the incident's pending text files into `lines`; large files keep what `keep` names."""
     pending = incident.inputs.filter(pl.col("kind").is_in([str(k) for k in TEXT_KINDS]) & pl.col("status").is_null())
     files = []
     for path in pending["path"].to_list():
         rank, local = rank_from_name(path)
         files.append(TextFile(path, rank, local))
-    lines, statuses, conflicts = read_text_files(incident.root, files, literals)
+    lines, statuses, conflicts = read_text_files(incident.root, files, keep)
     incident.lines = lines
     incident.apply_statuses(statuses)
     incident.add_findings(conflicts)
@@ -78,7 +79,7 @@ def load_incident(root: Path, progress: Progress = _quiet, catalog: Catalog | No
     progress(f"reading {incident.inputs.height} files")
     catalog = catalog if catalog is not None else load_full()
     with timed(incident, "read text"):
-        ingest_text(incident, [literal for pattern in catalog.patterns for literal in pattern.literals])
+        ingest_text(incident, kept_literals(catalog))
     for step in sources.SOURCES:
         run_isolated(step, incident, progress)
     _mark_unclaimed(incident)
@@ -127,6 +128,13 @@ def analyze(root: Path, catalog: Catalog | None = None, progress: Progress = _qu
     """The whole flow for one incident folder or log file: load it, then analyze it."""
     catalog = catalog if catalog is not None else load_full()
     return analyze_incident(load_incident(root, progress, catalog), catalog, progress)
+
+
+def kept_literals(catalog: Catalog) -> Keep:
+    """What a large file keeps of the catalog: failure literals with context, event literals alone."""
+    notes = {lit for p in catalog.patterns if p.role == Role.EVENT for lit in p.literals}
+    failures = {lit for p in catalog.patterns if p.role != Role.EVENT for lit in p.literals} - notes
+    return Keep(tuple(sorted(failures)), tuple(sorted(notes)))
 
 
 @contextmanager

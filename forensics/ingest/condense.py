@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from functools import cache
 
 import polars as pl
@@ -24,11 +25,11 @@ import polars as pl
 from forensics.ingest.metrics import CANDIDATE as METRIC_CANDIDATE
 
 FULL_FILE_LINES = 20_000
-HEAD_LINES = 200
-TAIL_LINES = 1_000
+HEAD_LINES = 100
+TAIL_LINES = 200
 BEFORE_HIT = 30  # the lines leading up to a failure line (a log record's own header)
 AFTER_HIT = 200  # a traceback, a stack dump or a torchrun failure table after its first line
-TAIL_METRIC_LINES = 500
+TAIL_METRIC_LINES = 100
 # Words of failure lines, kept with the lines around them: errors and exceptions, tracebacks
 # and thread dumps, signals, kills, asserts, timeouts.
 FAILURE_WORDS = (
@@ -46,16 +47,28 @@ def metric_lines_per_file(files: int, budget: int) -> int:
     return max(TAIL_METRIC_LINES, budget // max(files, 1))
 
 
+@dataclass(frozen=True)
+class Keep:
+    """Catalog literals a large file keeps: failure literals with their context, notes alone."""
+
+    failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # the literals of event patterns (a checkpoint saved, a run finished)
+
+
+WORDS_ONLY = Keep()  # no catalog: the failure and note words alone
+
+
 @cache
-def _kept_words(literals: tuple[str, ...]) -> tuple[str, str]:
+def _kept_words(keep: Keep) -> tuple[str, str]:
     """(any line worth keeping, a failure line kept with its context) as two regexes."""
     words = "|".join(w.removeprefix("(?i)") for w in (FAILURE_WORDS, NOTE_WORDS, NONFINITE_VALUE))
-    escaped = "|".join(re.escape(literal) for literal in literals)
-    failure = FAILURE_WORDS + (f"|(?-i:{escaped})" if literals else "")
-    return (f"(?:{escaped})|(?i:{words})" if literals else f"(?i:{words})"), failure
+    failures = "|".join(re.escape(literal) for literal in keep.failures)
+    literals = "|".join(re.escape(literal) for literal in keep.failures + keep.notes)
+    failure = FAILURE_WORDS + (f"|(?-i:{failures})" if failures else "")
+    return (f"(?:{literals})|(?i:{words})" if literals else f"(?i:{words})"), failure
 
 
-def condense(lines: pl.DataFrame, literals: tuple[str, ...], metric_lines: int) -> pl.DataFrame:
+def condense(lines: pl.DataFrame, keep: Keep, metric_lines: int) -> pl.DataFrame:
     """The rows of `lines` the analysis reads (all of them when the file is small).
 
     One scan of every line finds what is worth keeping (a literal or a word, rare by
@@ -64,7 +77,7 @@ def condense(lines: pl.DataFrame, literals: tuple[str, ...], metric_lines: int) 
     total = lines.height
     if total <= FULL_FILE_LINES:
         return lines
-    worth, failure = _kept_words(literals)
+    worth, failure = _kept_words(keep)
     raw, line = pl.col("raw"), pl.col("line")
     marked = lines.with_columns(_worth=raw.str.contains(worth), _metric=raw.str.contains(METRIC_CANDIDATE))
     failures = marked.filter("_worth").filter(raw.str.contains(failure))["line"]
@@ -76,4 +89,6 @@ def condense(lines: pl.DataFrame, literals: tuple[str, ...], metric_lines: int) 
     sampled = pl.col("_metric") & ((metric_index % stride == 0) | (metric_index > metric_total - TAIL_METRIC_LINES))
     row = pl.int_range(pl.len())
     edges = (row < HEAD_LINES) | (row >= total - TAIL_LINES)
-    return marked.filter(edges | pl.col("_worth") | near_failure.fill_null(False) | sampled).drop("_worth", "_metric")
+    kept = marked.filter(edges | pl.col("_worth") | near_failure.fill_null(False) | sampled)
+    # A filtered string column still points into the whole file's buffer: copy the kept text out.
+    return kept.select("line", raw=pl.concat_str(raw, pl.lit("")))

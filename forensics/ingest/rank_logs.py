@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.incident import FileStatus
-from forensics.ingest.condense import condense, metric_lines_per_file
+from forensics.ingest.condense import WORDS_ONLY, Keep, condense, metric_lines_per_file
 from forensics.ingest.text import decode, read_bytes
 from forensics.ingest.timestamps import infer_year, line_time
 from forensics.schema import FINDINGS, LINES, InputStatus, conform, empty
@@ -55,7 +55,7 @@ PREFIX = (
 GLUED_PREFIX = r"([^\s:])(\[rank\d+\]:)"
 MIN_HOST_LINES = 3
 # Metric lines the whole incident keeps when its large files are condensed (see condense.py).
-METRIC_LINE_BUDGET = 500_000
+METRIC_LINE_BUDGET = 200_000
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
 # Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
@@ -76,7 +76,7 @@ class TextFile:
     local_rank: int | None = None  # from a torchrun --log-dir tree
 
 
-def _file_frame(root: Path, item: TextFile, literals: tuple[str, ...], metric_lines: int) -> tuple[pl.DataFrame, FileStatus]:
+def _file_frame(root: Path, item: TextFile, keep: Keep, metric_lines: int) -> tuple[pl.DataFrame, FileStatus]:
     """One file's physical lines (condensed when large: condense.py) and how reading it went."""
     try:
         payload = read_bytes(root / item.path)
@@ -84,18 +84,22 @@ def _file_frame(root: Path, item: TextFile, literals: tuple[str, ...], metric_li
         return empty({"line": pl.Int64, "raw": pl.String, "file": pl.String, "segment": pl.UInt32}), FileStatus(
             item.path, InputStatus.SKIPPED, f"unreadable: {exc.strerror or exc}"
         )
-    text, replaced = decode(payload.data)
+    data, replaced = payload.data, 0
+    try:
+        data.decode("utf-8")  # valid text (the usual case) goes to Polars as it is
+    except UnicodeDecodeError:
+        text, replaced = decode(data)
+        data = text.encode()
     problems = [payload.problem] if payload.problem else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
     # Polars splits the bytes (5x faster than splitting a str); a trailing "\r" goes with the "\n".
-    frame = pl.read_lines(text.encode() if replaced else payload.data, name="raw").with_row_index("line", offset=1)
-    frame = frame.with_columns(pl.col("line").cast(pl.Int64))
-    n_lines = frame.height
+    frame = pl.read_lines(data, name="raw").with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
     status = InputStatus.PARTIAL if payload.problem else InputStatus.PARSED
-    cut = bool(text.strip()) and not text.endswith("\n") and not payload.problem
-    del text, payload
-    frame = condense(frame, literals, metric_lines).with_columns(
+    cut = not data.endswith(b"\n") and bool(data.strip()) and not payload.problem
+    n_lines = frame.height
+    del data, payload
+    frame = condense(frame, keep, metric_lines).with_columns(
         file=pl.lit(item.path),
         segment=(pl.col("line").diff().fill_null(1) > 1).cum_sum(),  # runs of lines kept without a cut
     )
@@ -195,16 +199,15 @@ def _hosts(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def read_text_files(
-    root: Path, files: Iterable[TextFile], literals: Iterable[str] = (), metric_budget: int = METRIC_LINE_BUDGET
+    root: Path, files: Iterable[TextFile], keep: Keep = WORDS_ONLY, metric_budget: int = METRIC_LINE_BUDGET
 ) -> tuple[pl.DataFrame, list[FileStatus], pl.DataFrame]:
     """Read text files into (LINES frame, per-file statuses, rank-conflict findings).
 
     Files are read in parallel, one per thread, and each is condensed as soon as it is read
-    (`literals`: the catalog's, kept with their context), so memory holds a few whole files
+    (`keep`: the catalog's literals), so memory holds a few whole files
     at a time and the condensed rest. All files share `metric_budget` metric lines.
     """
     items = list(files)
-    keep = tuple(sorted(set(literals)))
     metric_lines = metric_lines_per_file(len(items), metric_budget)
     with ThreadPoolExecutor(max_workers=max(1, min(len(items), pl.thread_pool_size()))) as pool:
         results = list(pool.map(lambda item: _file_frame(root, item, keep, metric_lines), items))

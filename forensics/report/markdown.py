@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from forensics.analysis import Analysis
+from forensics.ingest import condense
 from forensics.report.markup import cell, code, code_block, plural, prose, ranges, table, where
 from forensics.schema import RANK_ALIVE
 
@@ -210,6 +211,7 @@ def _inputs(analysis: Analysis) -> list[str]:
         for r in inputs.head(200).iter_rows(named=True)
     ]
     out = ["## Inputs", "", f"{plural(inputs.height, 'file')}: {summary}.", ""]
+    out += _condensed(inputs)
     for error in analysis.incident.step_errors:
         out += [f"- **An analysis step failed** (the rest of the report stands without it): {cell(error, 300)}"]
     if analysis.incident.step_errors:
@@ -218,6 +220,21 @@ def _inputs(analysis: Analysis) -> list[str]:
     if inputs.height > 200:
         out.append(f"\n… {inputs.height - 200} more files (all listed in verdict.json).")
     return out + [""]
+
+
+def _condensed(inputs: pl.DataFrame) -> list[str]:
+    """The sentence that says which large files were analyzed in part, and what that misses."""
+    cut = inputs.filter(pl.col("lines_kept") < pl.col("lines"))
+    if cut.is_empty():
+        return []
+    read, kept = int(cut["lines"].sum()), int(cut["lines_kept"].sum())
+    return [
+        f"Condensed as read ({plural(cut.height, 'large file')}): {kept:,} of {read:,} lines kept: failure lines with"
+        f" the {condense.BEFORE_HIT} lines before and {condense.AFTER_HIT} after them, warnings and launcher notes,"
+        f" the first {condense.HEAD_LINES} and last {condense.TAIL_LINES:,} lines of each file, and training-metric"
+        " lines at an even stride. A loss spike or a slow step that falls between two kept metric lines is not seen.",
+        "",
+    ]
 
 
 def _extra_sections(sections: list[str]) -> list[str]:

@@ -46,6 +46,7 @@ def _inputs(analysis: Analysis) -> list[dict[str, Any]]:
             "problem": r["problem"],
             "bytes": r["bytes"],
             "lines": r["lines"],
+            "lines_kept": r["lines_kept"],
         }
         for r in analysis.incident.inputs.sort("path").iter_rows(named=True)
     ]
