@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -39,7 +40,9 @@ FAILURE_WORDS = (
 # Words of lines kept on their own: warnings, communicator and launcher notes, exits,
 # preemptions, completion and checkpoint notes.
 NOTE_WORDS = r"(?i)warn|nccl|gloo|rendezvous|barrier|exit|preempt|cancel|complete|finish|success|saving|saved|checkpoint"
-NONFINITE_VALUE = r"(?i)[:=]\s*'?[-+]?(?:nan|inf)\b"
+# A metric that turned nan/inf: `loss: nan`, `'loss': nan`, `loss=nan`, `loss nan`, `grad norm inf`
+# (never Megatron's `number of nan iterations: 0`).
+NONFINITE_VALUE = r"(?i)(?:[:=]\s*'?|loss\]?\s+|\bnorm\s+)[-+]?(?:nan|inf)\b"
 
 
 def metric_lines_per_file(files: int, budget: int) -> int:
@@ -60,12 +63,20 @@ WORDS_ONLY = Keep()  # no catalog: the failure and note words alone
 
 @cache
 def _kept_words(keep: Keep) -> tuple[str, str]:
-    """(any line worth keeping, a failure line kept with its context) as two regexes."""
+    """(any line worth keeping, a failure line kept with its context) as two regexes.
+
+    A literal that holds one of the words adds nothing to the first scan (it runs over
+    every line), so only the others join the words there.
+    """
     words = "|".join(w.removeprefix("(?i)") for w in (FAILURE_WORDS, NOTE_WORDS, NONFINITE_VALUE))
-    failures = "|".join(re.escape(literal) for literal in keep.failures)
-    literals = "|".join(re.escape(literal) for literal in keep.failures + keep.notes)
-    failure = FAILURE_WORDS + (f"|(?-i:{failures})" if failures else "")
-    return (f"(?:{literals})|(?i:{words})" if literals else f"(?i:{words})"), failure
+    others = [literal for literal in keep.failures + keep.notes if not re.search(words, literal, re.IGNORECASE)]
+    worth = (f"(?:{_alternation(others)})|" if others else "") + f"(?i:{words})"
+    failure = FAILURE_WORDS + (f"|(?-i:{_alternation(keep.failures)})" if keep.failures else "")
+    return worth, failure
+
+
+def _alternation(literals: Iterable[str]) -> str:
+    return "|".join(re.escape(literal) for literal in literals)
 
 
 def condense(lines: pl.DataFrame, keep: Keep, metric_lines: int) -> pl.DataFrame:

@@ -85,16 +85,17 @@ def _file_frame(root: Path, item: TextFile, keep: Keep, metric_lines: int) -> tu
             item.path, InputStatus.SKIPPED, f"unreadable: {exc.strerror or exc}"
         )
     data, replaced = payload.data, 0
-    try:
-        data.decode("utf-8")  # valid text (the usual case) goes to Polars as it is
-    except UnicodeDecodeError:
+    try:  # valid UTF-8 (the usual case) goes to Polars as it is, which splits it 5x faster than Python
+        frame = pl.read_lines(data, name="raw")
+    except pl.exceptions.ComputeError:
         text, replaced = decode(data)
         data = text.encode()
+        frame = pl.read_lines(data, name="raw")
     problems = [payload.problem] if payload.problem else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
-    # Polars splits the bytes (5x faster than splitting a str); a trailing "\r" goes with the "\n".
-    frame = pl.read_lines(data, name="raw").with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+    # a "\r" before the "\n" goes with it
+    frame = frame.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
     status = InputStatus.PARTIAL if payload.problem else InputStatus.PARSED
     cut = not data.endswith(b"\n") and bool(data.strip()) and not payload.problem
     n_lines = frame.height

@@ -1,0 +1,95 @@
+"""Large text files are condensed as read: what the passes read stays, the verdict does not change."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import polars as pl
+
+from forensics.catalog.load import load_full
+from forensics.flow import analyze, kept_literals
+from forensics.ingest import condense as c
+from forensics.ingest.rank_logs import TextFile, read_text_files
+from forensics.output import write_report
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "incidents"
+CASCADE = FIXTURES / "cuda_oom_8rank_cascade"
+NAN_LOG = FIXTURES / "nan_silent" / "logs" / "nan_silent_mbedednl" / "attempt_0" / "3" / "stdout.log"
+STEP = re.compile(r"step: \d+")
+
+
+def padded(text: str, extra: int) -> str:
+    """`text` with `extra` more metric lines after its last one, each a real line with a new step number."""
+    lines = text.splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if STEP.search(line))
+    padding = [STEP.sub(f"step: {100_000 + n}", lines[last]) for n in range(extra)]
+    return "".join(lines[: last + 1] + padding + lines[last + 1 :])
+
+
+def frame(text: str) -> pl.DataFrame:
+    return pl.DataFrame({"raw": text.splitlines()}).with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+
+
+def test_small_files_are_kept_whole():
+    text = (CASCADE / "rank_5.log").read_text()
+    assert c.condense(frame(text), c.WORDS_ONLY, 10).height == len(text.splitlines())
+
+
+def test_a_large_file_keeps_its_traceback_head_tail_and_a_metric_sample():
+    text = padded((CASCADE / "rank_5.log").read_text(), 30_000)
+    lines = frame(text)
+    kept = c.condense(lines, kept_literals(load_full()), metric_lines=1_000)
+    assert kept.height < lines.height / 10
+    tail = lines.filter(pl.col("line") > lines.height - c.TAIL_LINES)
+    assert tail.join(kept, on=["line", "raw"], how="anti").is_empty()
+    oom = lines.filter(pl.col("raw").str.contains("torch.OutOfMemoryError", literal=True))["line"][0]
+    traceback_start = lines.filter(pl.col("raw").str.contains("Traceback (most recent call last)", literal=True))["line"][0]
+    block = lines.filter(pl.col("line").is_between(traceback_start, oom))
+    assert block.join(kept, on=["line", "raw"], how="anti").is_empty()
+    metric_kept = kept.filter(pl.col("raw").str.contains("step: ", literal=True)).height
+    assert metric_kept <= 1_000 + c.HEAD_LINES + c.TAIL_LINES + c.BEFORE_HIT  # the sample, and what is kept anyway
+    assert kept["line"].is_sorted()
+
+
+def test_nonfinite_values_are_kept_whatever_the_stride():
+    lines = NAN_LOG.read_text().splitlines()
+    nan_lines = [line for line in lines if re.search(r"loss:?\s*nan", line)]
+    assert nan_lines, "the fixture logs a nan loss"
+    big = "\n".join(lines[:3] + [lines[3]] * 40_000 + lines[3:]) + "\n"
+    kept = c.condense(frame(big), c.WORDS_ONLY, metric_lines=200)
+    assert set(nan_lines) <= set(kept["raw"].to_list())
+
+
+def test_no_block_spans_a_cut(tmp_path):
+    """A traceback kept in full stays one block; the line after a cut starts its own."""
+    text = padded((CASCADE / "rank_5.log").read_text(), 30_000)
+    (tmp_path / "rank_5.log").write_text(text)
+    lines, statuses, _ = read_text_files(tmp_path, [TextFile("rank_5.log", 5)], kept_literals(load_full()), metric_budget=1_000)
+    assert statuses[0].lines == len(text.splitlines()) and statuses[0].lines_kept < statuses[0].lines / 10
+    oom = lines.filter(pl.col("text").str.contains("torch.OutOfMemoryError", literal=True))
+    start = lines.filter(pl.col("text").str.contains("Traceback (most recent call last)", literal=True))["line"][0]
+    assert oom["block"][0] == start
+    gaps = lines.filter(pl.col("line").diff() > 1)
+    assert not gaps.is_empty() and (gaps["block"] == gaps["line"]).all()
+
+
+def test_condensed_incident_keeps_the_fixture_verdict(tmp_path):
+    incident = tmp_path / "cascade"
+    shutil.copytree(CASCADE, incident)
+    for log in incident.glob("rank_*.log"):
+        log.write_text(padded(log.read_text(), 25_000))
+    analysis = analyze(incident)
+    expected = json.loads((CASCADE / "expected.json").read_text())
+    assert analysis.verdict.category == expected["category"]
+    assert analysis.verdict.culprit_ranks == expected["culprit_ranks"]
+    inputs = analysis.incident.inputs.filter(pl.col("path").str.starts_with("rank_"))
+    assert (inputs["lines_kept"] < inputs["lines"]).all()  # 8 files share the metric budget: every other line
+    out = tmp_path / "out"
+    write_report(analysis, out)
+    report = (out / "postmortem.md").read_text()
+    assert "Condensed as read (8 large files)" in report and "is not seen" in report
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert all(i["lines_kept"] < i["lines"] for i in verdict["inputs"] if i["path"].startswith("rank_"))
