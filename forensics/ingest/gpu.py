@@ -680,6 +680,7 @@ def parse_topo(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
 # ---------------------------------------------------------------------------------------
 # sniffing
 
+KERNEL_SNIFF_CHARS = 16_384
 _DMON_HEAD = re.compile(r"^#\s*(?:gpu|Date|Time)\b", re.M)
 _KERNEL_LINE = re.compile(r"^(?:\[\s*\d+\.\d{6}\] |\S+: kern: \w+: \[|.{15,40} kernel: )", re.M)
 _KERNEL_WORDS = re.compile(r"NVRM: |SXid \(PCI:|AER: |[Oo]ut of memory: Kill|oom-kill:")
@@ -697,6 +698,7 @@ def sniff_gpu_kind(head: str) -> str | None:
         return InputKind.NVIDIA_SMI_TOPO.value
     if _is_csv_header(first) or re.match(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}\.\d{3}, ", first):
         return InputKind.NVIDIA_SMI_CSV.value
-    if _KERNEL_WORDS.search(text) or len(_KERNEL_LINE.findall(text)) >= 3:
+    start = text[:KERNEL_SNIFF_CHARS]  # a kernel log shows itself at once; 1,024 heads must stay cheap
+    if _KERNEL_WORDS.search(start) or len(_KERNEL_LINE.findall(start)) >= 3:
         return InputKind.KERNEL_LOG.value
     return None

@@ -19,6 +19,7 @@ from forensics.report.plotting import pyplot, save
 MIN_POINTS = 2
 MAX_STREAMS = 16  # lines per panel: beyond this a legend or a line means nothing
 MAX_COLUMNS = 1000  # heatmap steps; longer runs are binned so the image stays small
+MAX_HEIGHT_IN = 12  # a heatmap of 1,024 ranks stays one screen tall: a row is a line of pixels
 # (METRICS column, axis label, log scale)
 PANELS = (
     ("loss", "loss", False),
@@ -113,9 +114,10 @@ def step_time_heatmap(times: pl.DataFrame, out_dir: Path) -> Path | None:
     ranks = grid["rank"].to_list()
     steps = [int(c) for c in grid.columns[1:]]
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.25 * len(ranks) + 1.5)))
+    fig, ax = plt.subplots(figsize=(10, min(MAX_HEIGHT_IN, max(2.5, 0.25 * len(ranks) + 1.5))))
     image = ax.imshow(grid.drop("rank").to_numpy(), aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0.5, vmax=2.0)
-    ax.set_yticks(range(len(ranks)), [str(r) for r in ranks] if len(ranks) <= 32 else None)
+    rows = list(range(0, len(ranks), max(1, -(-len(ranks) // 32))))  # at most 32 labelled rows
+    ax.set_yticks(rows, [str(ranks[i]) for i in rows])
     ticks = list(range(0, len(steps), max(1, len(steps) // 10)))
     ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
     ax.set_xlabel("step")
