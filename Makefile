@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO ?= fixtures/incidents/cuda_oom_8rank_cascade
 
-.PHONY: demo test patterns evaluate clean
+.PHONY: demo test patterns evaluate bench clean
 
 $(BIN)/forensics: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ patterns: $(BIN)/forensics
 
 evaluate: $(BIN)/forensics
 	$(BIN)/python fixtures/evaluate.py fixtures/incidents fixtures/public
+
+bench: $(BIN)/forensics
+	$(BIN)/python -m pip install --quiet ".[bench]"
+	$(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) forensics-report .pytest_cache
