@@ -31,6 +31,7 @@ from typing import Any
 import polars as pl
 
 from forensics.catalog.load import Derived, Pattern
+from forensics.causal_chain import causal_chain
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
 
 ROLE_WEIGHT = {"initiating": 0.55, "symptom": 0.35, "cascade": 0.20, "teardown": 0.10}
@@ -522,7 +523,7 @@ def decide(
         culprit_gpus=top.culprit_gpus,
         first_failure=first,
         hypotheses=hypotheses,
-        whys=playbook.get("whys", []),
+        whys=causal_chain(top.category, top.first, top.culprit_ranks, findings, patterns, playbook) or playbook.get("whys", []),
         checklist=playbook.get("checklist", []),
         triage=triage(top.category, first, lines, ranks, world),
     )

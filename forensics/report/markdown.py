@@ -186,7 +186,8 @@ def _whys(analysis: Analysis) -> list[str]:
     v = analysis.verdict
     if not v.whys:
         return []
-    out = ["## Five Whys", ""] + [f"{i}. Why? {prose(w)}" for i, w in enumerate(v.whys, start=1)]
+    chain = [w if w.startswith(("Why ", "What ")) else f"Why? {w}" for w in v.whys]  # a playbook's why has no question
+    out = ["## Five Whys", ""] + [f"{i}. {prose(w, 600)}" for i, w in enumerate(chain, start=1)]
     out += ["", "## Prevention checklist", ""] + [f"- [ ] {prose(c, 300)}" for c in v.checklist]
     return out + [""]
 
