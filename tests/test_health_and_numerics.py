@@ -343,3 +343,26 @@ def test_a_loss_stuck_at_its_start_is_a_plateau_only_when_logged_from_the_start(
     mid_run = lines_frame([f" iteration {i:8d}/  250000 | lm loss: {loss:.6E} | loss scale: 1.0 |" for i, loss in enumerate(stuck, 5001)])
     assert numerics_table(extract_metrics(mid_run)).is_empty()  # an excerpt of a converged run is not judged
     assert numerics_table(extract_metrics(_loss_lines(_noisy_curve(2)))).is_empty()
+
+
+# open-mmlab/mmdetection#1742: lr 0.02, the loss goes from 0.6 to 2.3e5 to 1.8e10 in four log lines.
+MMDET_EXPLOSION = [
+    "2019-12-03 13:36:58,567 - INFO - Epoch [6][3150/3681]\tlr: 0.02000, eta: 3:50:55, time: 0.924, data_time: 0.005, memory: 6147, loss_rpn_cls: 0.0431, loss_rpn_bbox: 0.0594, loss_cls: 0.2494, acc: 90.6348, loss_bbox: 0.2668, loss: 0.6186",
+    "2019-12-03 13:37:26,314 - INFO - Epoch [6][3200/3681]\tlr: 0.02000, eta: 3:50:21, time: 0.555, data_time: 0.005, memory: 6147, loss_rpn_cls: 0.4505, loss_rpn_bbox: 0.1093, loss_cls: 0.2473, acc: 92.7031, loss_bbox: 0.2011, loss: 1.0083",
+    "2019-12-03 13:37:43,641 - INFO - Epoch [6][3250/3681]\tlr: 0.02000, eta: 3:49:37, time: 0.347, data_time: 0.005, memory: 6147, loss_rpn_cls: 117119.4643, loss_rpn_bbox: 86211.9636, loss_cls: 18325.3354, acc: 83.0372, loss_bbox: 3535.8495, loss: 225192.6129",
+    "2019-12-03 13:38:23,517 - INFO - Epoch [6][3300/3681]\tlr: 0.02000, eta: 3:49:16, time: 0.798, data_time: 0.005, memory: 6147, loss_rpn_cls: 91894506.7258, loss_rpn_bbox: 23305796.7583, loss_cls: 3989496427.8865, acc: 83.2261, loss_bbox: 13505982514.5904, loss: 17610679897.6990",
+]
+
+
+def test_a_loss_that_rises_by_orders_of_magnitude_explodes_even_in_a_short_excerpt():
+    found = _numerical(lines_frame(MMDET_EXPLOSION))
+    explosion = found.filter(pl.col("pattern") == "METRIC009")
+    assert explosion.height == 1 and explosion["line"][0] == 3 and explosion["category"][0] == "NUMERICAL"
+    assert json.loads(explosion["captures"][0])["step"] == 3250
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_loss_that_falls_from_its_start_or_doubles_does_not_explode(seed):
+    curve = _noisy_curve(seed, steps=200)
+    doubled = curve[:150] + [value * 2 for value in curve[150:]]
+    assert numerics_table(extract_metrics(_loss_lines(doubled))).filter(pl.col("kind") == "loss_explosion").is_empty()

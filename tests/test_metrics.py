@@ -144,6 +144,44 @@ SAMPLES = [
         id="returnn-sec-per-step",
     ),
     pytest.param("Epoch 10/10: 240it [05:55,  1.47s/it, loss=5.46]", None, 5.46, None, 1.47, None, id="tqdm-s-per-it"),
+    # mmcv and mmengine: the batch within the epoch, or the iteration (open-mmlab/mmdetection#1742).
+    pytest.param(
+        "2020-07-31 22:40:50,985 - mmdet - INFO - Epoch [1][50/1749]	eta: 2:36:29, time: 1.807, data_time: 0.047, memory: 5280",
+        50,
+        None,
+        None,
+        None,
+        None,
+        id="mmcv-epoch-batch",
+    ),
+    pytest.param(
+        "2019-12-03 13:37:43,641 - INFO - Epoch [6][3250/3681]	lr: 0.02000, eta: 3:49:37, time: 0.347, data_time: 0.005, memory: 6147, loss_rpn_cls: 117119.4643, loss_rpn_bbox: 86211.9636, loss_cls: 18325.3354, acc: 83.0372, loss_bbox: 3535.8495, loss: 225192.6129",
+        3250,
+        225192.6129,
+        None,
+        None,
+        None,
+        id="mmcv-epoch-batch-loss",
+    ),
+    # open-mmlab/mmengine#155 and NJU-LHRS/official-CMID#5: iteration-based runners.
+    pytest.param(
+        "04/22 11:14:42 - mmengine - INFO - Iter(train) [10/270]  lr: 1.000e-02  eta: 0:00:27  time: 0.004  data_time: 0.000  memory: 0  loss: 5.3294",
+        10,
+        5.3294,
+        None,
+        None,
+        None,
+        id="mmengine-iter",
+    ),
+    pytest.param(
+        "2023-06-21 05:37:06,540 - mmseg - INFO - Iter [200/21600]\tlr: 9.998e-03, eta: 1:05:45, time: 0.141, data_time: 0.008, memory: 22159, decode.loss_ce: 1.2669, decode.acc_seg: 11.8965, aux.loss_ce: 0.4904, aux.acc_seg: 16.9658, loss: 1.7573",
+        200,
+        1.7573,
+        None,
+        None,
+        None,
+        id="mmcv-iter",
+    ),
 ]
 
 
@@ -170,7 +208,6 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
     [
         "[rank0]:[titan] 2025-03-12 11:10:21,603 - root - WARNING - Dataset c4_test is being re-looped",
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.2 GiB is free. Of the allocated memory 76.5 GiB is allocated by PyTorch, and 1.1 GiB is reserved by PyTorch but unallocated.",
-        "2020-07-31 22:40:50,985 - mmdet - INFO - Epoch [1][50/1749]	eta: 2:36:29, time: 1.807, data_time: 0.047, memory: 5280",
         "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
     ],
 )

@@ -25,6 +25,8 @@ STEP = [
     r"\biter\s+(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185, time 562.66ms`
     r"'step': '?(\d+)",  # HF dict with a step callback
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
+    r"\bEpoch(?:\(train\))? ?\[\d+\]\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]` (restarts each epoch)
+    r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
 ]
 LOSS = [
     r"\blm loss:\s*" + NUMBER,
@@ -92,7 +94,7 @@ MEMORY_RESERVED = [
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 # Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
 GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
-CANDIDATE = r"(?i)iter|step|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem"
+CANDIDATE = r"(?i)iter|step|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch"
 
 
 def _first(patterns: list[str]) -> pl.Expr:

@@ -54,6 +54,8 @@ SMOOTH = 5
 DIVERGED_RATIO = 2.0
 PERSIST = 3
 MIN_LOSS_POINTS = 10
+EXPLODED = 1_000.0  # a loss this many times its lowest earlier value has blown up, however few points show it
+MIN_EXPLOSION_LOSS = 100.0  # and is large in absolute terms: no aux loss of 1e-5 rising to 0.01 counts
 PLATEAU_POINTS = 40
 PLATEAU_FIRST_STEP = 10
 PLATEAU_LEARNED = 0.05
@@ -69,6 +71,7 @@ KINDS = {
     "grad_explosion": ("METRIC003", f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)", "error"),
     "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
     "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
+    "loss_explosion": ("METRIC009", f"The loss exploded (over {EXPLODED:,.0f}x its lowest earlier value)", "error"),
     "plateau": ("METRIC008", "The loss has not improved since the start (plateau)", "info"),
     "replica_divergence": ("METRIC007", "Loss departed from the other ranks' and stayed apart (replicas disagree)", "error"),
 }
@@ -164,6 +167,19 @@ def divergence(metrics: pl.DataFrame) -> pl.DataFrame:
     return _anomalies(onset, "divergence", "smooth", pl.col("best"))
 
 
+def loss_explosion(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Losses EXPLODED times their stream's lowest earlier value: orders of magnitude, which no
+    noise and no schedule explains. Two earlier points suffice, so a short excerpt is judged too."""
+    segment = [*STREAM, "segment"]
+    losses = _segmented(metrics.filter(pl.col("loss").is_finite() & (pl.col("loss") > 0)))
+    lowest = pl.col("loss").cum_min().shift(1).over(segment)
+    earlier = pl.int_range(pl.len()).over(segment)
+    exploded = losses.with_columns(lowest=lowest, earlier=earlier).filter(
+        (pl.col("earlier") >= 2) & (pl.col("loss") >= EXPLODED * pl.col("lowest")) & (pl.col("loss") >= MIN_EXPLOSION_LOSS)
+    )
+    return _anomalies(exploded, "loss_explosion", "loss", pl.col("lowest"))
+
+
 def plateau(metrics: pl.DataFrame) -> pl.DataFrame:
     segment = [*STREAM, "segment"]
     smooth = pl.col("loss").rolling_median(window_size=SMOOTH, min_samples=SMOOTH).over(segment)
@@ -198,7 +214,7 @@ def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
         return pl.DataFrame(schema=NUMERICS)
-    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, plateau, replica_divergence)
+    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, loss_explosion, plateau, replica_divergence)
     return pl.concat([detect(metrics) for detect in detectors]).sort("file", "line", "kind")
 
 
