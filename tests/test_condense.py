@@ -12,7 +12,9 @@ import polars as pl
 from forensics.catalog.load import load_full
 from forensics.flow import analyze, kept_literals
 from forensics.ingest import condense as c
+from forensics.ingest import rank_logs
 from forensics.ingest.rank_logs import TextFile, read_text_files
+from forensics.ingest.text import read_chunks
 from forensics.output import write_report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "incidents"
@@ -93,3 +95,34 @@ def test_condensed_incident_keeps_the_fixture_verdict(tmp_path):
     assert "Condensed as read (8 large files)" in report and "is not seen" in report
     verdict = json.loads((out / "verdict.json").read_text())
     assert all(i["lines_kept"] < i["lines"] for i in verdict["inputs"] if i["path"].startswith("rank_"))
+
+
+def test_a_huge_file_is_read_in_pieces_and_keeps_a_failure_that_straddles_two(tmp_path, monkeypatch):
+    """Pieces of 64 KB stand for the 128 MiB ones: the OOM traceback is put across a boundary."""
+    monkeypatch.setattr(rank_logs, "CHUNK_BYTES", 64 << 10)
+    original = (CASCADE / "rank_5.log").read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(original) if "Traceback (most recent call last)" in line)
+    metric = next(line for line in original if STEP.search(line))
+    before = [STEP.sub(f"step: {100_000 + n}", metric) for n in range(30_000)]
+    lines = original[:start] + before + original[start:]
+    text = "".join(lines)
+    boundary = (len("".join(original[:start] + before)) // (64 << 10)) * (64 << 10)
+    (tmp_path / "rank_5.log").write_text(text)
+    frame, statuses, _ = read_text_files(tmp_path, [TextFile("rank_5.log", 5)], kept_literals(load_full()), metric_budget=2_000)
+    status = statuses[0]
+    assert status.lines == len(lines) and status.lines_kept < len(lines) / 10 and status.problem is None
+    assert boundary > 0  # the file is many pieces long
+    by_line = dict(zip(frame["line"].to_list(), frame["text"].to_list(), strict=True))
+    for number in range(start + len(before) + 1, len(lines) + 1):  # the traceback and the tail, whole and in place
+        assert by_line.get(number) == lines[number - 1].rstrip("\n")
+    assert by_line[1] == lines[0].rstrip("\n")
+    assert frame["line"].is_unique().all()
+
+
+def test_pieces_end_at_newlines_and_the_last_is_flagged(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"a" * 10 + b"\n" + b"b" * 30 + b"\nc\nlast")
+    pieces = list(read_chunks(path, 16))
+    assert b"".join(data for data, _ in pieces) == path.read_bytes()
+    assert [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert all(data.endswith(b"\n") or last or len(data) >= 16 for data, last in pieces)

@@ -79,14 +79,15 @@ def _alternation(literals: Iterable[str]) -> str:
     return "|".join(re.escape(literal) for literal in literals)
 
 
-def condense(lines: pl.DataFrame, keep: Keep, metric_lines: int) -> pl.DataFrame:
+def condense(lines: pl.DataFrame, keep: Keep, metric_lines: int, head: bool = True, tail: bool = True) -> pl.DataFrame:
     """The rows of `lines` the analysis reads (all of them when the file is small).
 
     One scan of every line finds what is worth keeping (a literal or a word, rare by
     design), another finds metric lines; failure lines are told apart on the few kept.
+    `head`/`tail`: whether `lines` begin/end the file (a piece of a huge file may do neither).
     """
     total = lines.height
-    if total <= FULL_FILE_LINES:
+    if total <= FULL_FILE_LINES and head and tail:
         return lines
     worth, failure = _kept_words(keep)
     raw, line = pl.col("raw"), pl.col("line")
@@ -97,9 +98,10 @@ def condense(lines: pl.DataFrame, keep: Keep, metric_lines: int) -> pl.DataFrame
     metric_total = int(marked["_metric"].sum())
     stride = max(1, math.ceil((metric_total - TAIL_METRIC_LINES) / max(metric_lines - TAIL_METRIC_LINES, 1)))
     metric_index = pl.col("_metric").cast(pl.Int64).cum_sum()
-    sampled = pl.col("_metric") & ((metric_index % stride == 0) | (metric_index > metric_total - TAIL_METRIC_LINES))
+    near_end = (metric_index > metric_total - TAIL_METRIC_LINES) & tail
+    sampled = pl.col("_metric") & ((metric_index % stride == 0) | near_end)
     row = pl.int_range(pl.len())
-    edges = (row < HEAD_LINES) | (row >= total - TAIL_LINES)
+    edges = ((row < HEAD_LINES) & head) | ((row >= total - TAIL_LINES) & tail)
     kept = marked.filter(edges | pl.col("_worth") | near_failure.fill_null(False) | sampled)
     # A filtered string column still points into the whole file's buffer: copy the kept text out.
     return kept.select("line", raw=pl.concat_str(raw, pl.lit("")))

@@ -25,8 +25,8 @@ from pathlib import Path
 import polars as pl
 
 from forensics.incident import FileStatus
-from forensics.ingest.condense import WORDS_ONLY, Keep, condense, metric_lines_per_file
-from forensics.ingest.text import decode, read_bytes
+from forensics.ingest.condense import AFTER_HIT, BEFORE_HIT, WORDS_ONLY, Keep, condense, metric_lines_per_file
+from forensics.ingest.text import MAX_STREAMED_BYTES, decode, is_compressed, read_bytes, read_chunks
 from forensics.ingest.timestamps import infer_year, line_time
 from forensics.schema import FINDINGS, LINES, InputStatus, conform, empty
 
@@ -56,6 +56,8 @@ GLUED_PREFIX = r"([^\s:])(\[rank\d+\]:)"
 MIN_HOST_LINES = 3
 # Metric lines the whole incident keeps when its large files are condensed (see condense.py).
 METRIC_LINE_BUDGET = 200_000
+CHUNK_BYTES = 64 << 20  # a larger plain file is read and condensed this much at a time
+CONTEXT_LINES = BEFORE_HIT + AFTER_HIT  # the lines of one piece condensed again with the next
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
 # Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
@@ -78,33 +80,77 @@ class TextFile:
 
 def _file_frame(root: Path, item: TextFile, keep: Keep, metric_lines: int) -> tuple[pl.DataFrame, FileStatus]:
     """One file's physical lines (condensed when large: condense.py) and how reading it went."""
+    path = root / item.path
     try:
-        payload = read_bytes(root / item.path)
+        if path.stat().st_size > CHUNK_BYTES and not is_compressed(path):
+            return _chunked_frame(path, item, keep, metric_lines)
+        payload = read_bytes(path)
     except OSError as exc:
         return empty({"line": pl.Int64, "raw": pl.String, "file": pl.String, "segment": pl.UInt32}), FileStatus(
             item.path, InputStatus.SKIPPED, f"unreadable: {exc.strerror or exc}"
         )
-    data, replaced = payload.data, 0
-    try:  # valid UTF-8 (the usual case) goes to Polars as it is, which splits it 5x faster than Python
-        frame = pl.read_lines(data, name="raw")
-    except pl.exceptions.ComputeError:
-        text, replaced = decode(data)
-        data = text.encode()
-        frame = pl.read_lines(data, name="raw")
+    frame, replaced = _split(payload.data, first_line=1)
     problems = [payload.problem] if payload.problem else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
-    # a "\r" before the "\n" goes with it
-    frame = frame.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
     status = InputStatus.PARTIAL if payload.problem else InputStatus.PARSED
+    data = payload.data
     cut = not data.endswith(b"\n") and bool(data.strip()) and not payload.problem
     n_lines = frame.height
     del data, payload
-    frame = condense(frame, keep, metric_lines).with_columns(
+    frame = _finish(condense(frame, keep, metric_lines), item)
+    return frame, FileStatus(item.path, status, "; ".join(problems) or None, n_lines, cut, frame.height)
+
+
+def _chunked_frame(path: Path, item: TextFile, keep: Keep, metric_lines: int) -> tuple[pl.DataFrame, FileStatus]:
+    """A huge plain file read and condensed CHUNK_BYTES at a time, so memory holds two pieces.
+
+    Each piece is condensed together with the last lines of the one before it, so a failure
+    near a boundary keeps its context on both sides; lines kept twice are kept once.
+    """
+    size = path.stat().st_size
+    kept, replaced, next_line, overlap, last = [], 0, 1, None, b""
+    for data, is_last in read_chunks(path, CHUNK_BYTES):
+        frame, bad = _split(data, next_line)
+        replaced += bad
+        share = max(1, metric_lines * len(data) // max(size, 1))
+        window = frame if overlap is None else pl.concat([overlap, frame])
+        kept.append(condense(window, keep, share, head=next_line == 1, tail=is_last))
+        overlap = _copied(frame.tail(CONTEXT_LINES))
+        next_line += frame.height
+        last = data[-1:] if data else last
+    problems = [f"file exceeds {MAX_STREAMED_BYTES} bytes; rest not read"] if size > MAX_STREAMED_BYTES else []
+    if replaced:
+        problems.append(f"{replaced} invalid UTF-8 sequences replaced")
+    frame = _finish(pl.concat(kept).unique("line", keep="first", maintain_order=True).sort("line"), item)
+    status = InputStatus.PARTIAL if size > MAX_STREAMED_BYTES else InputStatus.PARSED
+    cut = last != b"\n" and status == InputStatus.PARSED
+    return frame, FileStatus(item.path, status, "; ".join(problems) or None, next_line - 1, cut, frame.height)
+
+
+def _split(data: bytes, first_line: int) -> tuple[pl.DataFrame, int]:
+    """(`line`, `raw`) rows of `data` numbered from `first_line`, and how many invalid UTF-8
+    sequences were replaced. Valid text (the usual case) goes to Polars as it is, which splits
+    it 5x faster than Python; a "\r" before a "\n" goes with it."""
+    replaced = 0
+    try:
+        frame = pl.read_lines(data, name="raw")
+    except pl.exceptions.ComputeError:
+        text, replaced = decode(data)
+        frame = pl.read_lines(text.encode(), name="raw")
+    return frame.with_row_index("line", offset=first_line).with_columns(pl.col("line").cast(pl.Int64)), replaced
+
+
+def _copied(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its text copied out of the buffer it was cut from (see condense)."""
+    return frame.with_columns(pl.concat_str(pl.col("raw"), pl.lit("")))
+
+
+def _finish(frame: pl.DataFrame, item: TextFile) -> pl.DataFrame:
+    return frame.with_columns(
         file=pl.lit(item.path),
         segment=(pl.col("line").diff().fill_null(1) > 1).cum_sum(),  # runs of lines kept without a cut
     )
-    return frame, FileStatus(item.path, status, "; ".join(problems) or None, n_lines, cut, frame.height)
 
 
 def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:

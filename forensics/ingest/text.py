@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import zstandard
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-MAX_DECOMPRESSED_BYTES = 4 << 30  # 4 GiB of text per file is already far past any rank log
+MAX_DECOMPRESSED_BYTES = 4 << 30  # 4 GiB of text per file read whole is already far past any rank log
+MAX_STREAMED_BYTES = 64 << 30  # a plain file read in pieces costs time, not memory: a whole job's console fits
 ZSTD_FEED = 16 << 10
 
 
@@ -91,6 +93,30 @@ def read_bytes(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> Payload:
         # We cut the compressed bytes ourselves: the stream is not truncated, the file is too big.
         return Payload(payload.data, too_big)
     return payload
+
+
+def is_compressed(path: Path) -> bool:
+    """Whether the file is gzip or zstd, by its magic bytes."""
+    with path.open("rb") as handle:
+        return compression_of(handle.read(4)) is not None
+
+
+def read_chunks(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Iterator[tuple[bytes, bool]]:
+    """A plain file's first `limit` bytes in pieces of about `size` that end at a newline,
+    each with whether it is the last. A line longer than a piece is cut where the piece ends."""
+    with path.open("rb") as handle:
+        total = min(os.fstat(handle.fileno()).st_size, limit)
+        done, carry = 0, b""
+        while True:
+            block = handle.read(min(size, total - done)) if done < total else b""
+            done += len(block)
+            data = carry + block
+            if not block or done >= total:  # the end (or the file shrank while we read it)
+                yield data, True
+                return
+            cut = data.rfind(b"\n") + 1 or len(data)
+            carry = data[cut:]
+            yield data[:cut], False
 
 
 def read_head(path: Path, size: int = 64 << 10) -> bytes:
