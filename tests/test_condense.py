@@ -126,3 +126,19 @@ def test_pieces_end_at_newlines_and_the_last_is_flagged(tmp_path):
     assert b"".join(data for data, _ in pieces) == path.read_bytes()
     assert [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]
     assert all(data.endswith(b"\n") or last or len(data) >= 16 for data, last in pieces)
+
+
+def test_a_line_longer_than_a_piece_does_not_shift_the_numbers_of_the_lines_after_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(rank_logs, "CHUNK_BYTES", 64 << 10)
+    original = (CASCADE / "rank_5.log").read_text().splitlines(keepends=True)
+    metric = next(line for line in original if STEP.search(line))
+    padding = [STEP.sub(f"step: {100_000 + n}", metric) for n in range(25_000)]
+    huge = "x" * (200 << 10) + "\n"  # a hostile line three pieces long
+    lines = original[:5] + [huge] + padding + original[5:]
+    (tmp_path / "rank_5.log").write_text("".join(lines))
+    frame, statuses, _ = read_text_files(tmp_path, [TextFile("rank_5.log", 5)], kept_literals(load_full()), metric_budget=2_000)
+    assert statuses[0].lines == len(lines)
+    by_line = dict(zip(frame["line"].to_list(), frame["text"].to_list(), strict=True))
+    assert by_line[len(lines)] == lines[-1].rstrip("\n")
+    oom = next(i for i, line in enumerate(lines, start=1) if "torch.OutOfMemoryError" in line)
+    assert by_line[oom] == lines[oom - 1].rstrip("\n")

@@ -117,8 +117,10 @@ def _chunked_frame(path: Path, item: TextFile, keep: Keep, metric_lines: int) ->
         window = frame if overlap is None else pl.concat([overlap, frame])
         kept.append(condense(window, keep, share, head=next_line == 1, tail=is_last))
         overlap = _copied(frame.tail(CONTEXT_LINES))
-        next_line += frame.height
         last = data[-1:] if data else last
+        # A line longer than a piece goes on in the next one: it keeps its number there, so every
+        # later line keeps the number it has in the file (the quote shows the line's first piece).
+        next_line += frame.height - (last != b"\n")
     problems = [f"file exceeds {MAX_STREAMED_BYTES} bytes; rest not read"] if size > MAX_STREAMED_BYTES else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
