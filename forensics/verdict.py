@@ -75,6 +75,7 @@ class Verdict:
     whys: list[str]
     checklist: list[str]
     triage: list[str]
+    proofs: list[dict[str, Any]] = field(default_factory=list)  # for NO_FAILURE: the lines that prove health
 
 
 def load_playbooks() -> dict[str, dict[str, Any]]:
@@ -438,6 +439,9 @@ def _only_cut_tracebacks(hypothesis: Hypothesis) -> bool:
     return all(e["pattern"] == "EXC002" for e in hypothesis.evidence)
 
 
+PROOF_FIELDS = ("kind", "file", "line", "rank", "text")
+
+
 def _health_confidence(proofs: pl.DataFrame, doubts: int) -> float:
     """More independent kinds of proof, more confidence; each weak doubt costs some."""
     kinds = proofs["kind"].n_unique() if not proofs.is_empty() else 0
@@ -467,6 +471,7 @@ def decide(
     weak = [h for h in hypotheses if _weak(h, findings)]
     strong = [h for h in hypotheses if h not in weak]
     if not strong:
+        cited: list[dict[str, Any]] = []
         crashed_lines = unmatched.filter(pl.col("template").str.contains(r"(?:Error|Exception): "))
         if crashed_lines.is_empty() and not proofs.is_empty():
             category, state = Category.NO_FAILURE, "healthy"
@@ -474,6 +479,7 @@ def decide(
             kinds = ", ".join(sorted(set(proofs["kind"].to_list())))
             summary = f"No failure evidence, and proof of health ({kinds})."
             confidence = _health_confidence(proofs, len(weak))
+            cited = proofs.select(PROOF_FIELDS).to_dicts()
         elif not crashed_lines.is_empty():
             category, state = Category.UNKNOWN, "crashed"
             first_row = crashed_lines.sort(["file", "line"]).row(0, named=True)
@@ -496,6 +502,7 @@ def decide(
             category=category, state=state, summary=summary, confidence=confidence,
             culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=hypotheses,
             whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
+            proofs=cited,
         )  # fmt: skip
     explained = any(h.category != Category.UNKNOWN and "initiating" in h.roles for h in strong)
     known_ranks = _ranks_by_known_category(findings, patterns)

@@ -166,6 +166,16 @@ def test_fail_on_critical_exits_0_when_healthy(incident, tmp_path):
     assert "NO_FAILURE" in result.stdout
 
 
+def test_a_healthy_verdict_quotes_its_proof(incident, tmp_path):
+    root = incident({"rank_0.log": HEALTHY_LOG})
+    run("analyze", root, "--out", tmp_path / "out")
+    last = HEALTHY_LOG.splitlines()[-1]
+    proofs = json.loads((tmp_path / "out" / "verdict.json").read_text())["verdict"]["health_proofs"]
+    assert [(p["kind"], p["file"], p["line"], p["text"]) for p in proofs] == [("progressing", "rank_0.log", 19, last)]
+    report = (tmp_path / "out" / "postmortem.md").read_text()
+    assert "## Proof of health" in report and "`rank_0.log:19`" in report and "step: 19  loss:  6.2250" in report
+
+
 def test_default_out_dir_is_named_after_the_incident(tmp_path, monkeypatch):
     root = write_files(tmp_path / "job-4242", {"rank_0.log": HEALTHY_LOG})
     work = tmp_path / "cwd"

@@ -106,7 +106,7 @@ def _quotes_are_verbatim(analysis) -> list[tuple]:
     """(file, line, quoted) for every evidence quote that is not its line's text."""
     pieces = set(analysis.incident.lines.select("file", "line", "text").iter_rows())  # a split line has several
     verdict = analysis.verdict
-    rows = [e for h in verdict.hypotheses for e in h.evidence] + ([verdict.first_failure] if verdict.first_failure else [])
+    rows = [e for h in verdict.hypotheses for e in h.evidence] + ([verdict.first_failure] if verdict.first_failure else []) + verdict.proofs
     wrong = [
         (e["file"], e["line"], e["text"]) for e in rows if e.get("text") is not None and (e["file"], e["line"], e["text"]) not in pieces
     ]

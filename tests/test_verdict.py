@@ -172,8 +172,10 @@ def test_nothing_is_no_failure():
     assert v.category == Category.NO_FAILURE  # the stream still logs metrics at its end
     assert v.state == "healthy"
     assert v.first_failure is None and v.hypotheses == []
+    assert [(p["kind"], p["line"], p["text"]) for p in v.proofs] == [("progressing", 3, "step 3 | loss 3.3")]  # the proof is cited
     two_steps = verdict_of([], lines.head(2))
     assert (two_steps.category, two_steps.state) == (Category.UNKNOWN, "unknown")  # two steps are not yet a run going on
+    assert two_steps.proofs == []
 
 
 def test_events_and_info_findings_are_not_failures_nor_proof_of_health():
@@ -198,6 +200,7 @@ def test_a_completion_line_is_proof_of_health():
     v = verdict_of([done])
     assert (v.category, v.state) == (Category.NO_FAILURE, "healthy")
     assert "completion" in v.summary
+    assert [(p["kind"], p["file"], p["line"]) for p in v.proofs] == [("completion", "rank_0.log", 9)]
 
 
 def test_no_evidence_either_way_is_unknown_not_healthy():

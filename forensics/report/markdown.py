@@ -85,8 +85,31 @@ def _quote_or_title(evidence: dict) -> str:
     return f"*{cell(_short(evidence['title'] or '', 200))}*"
 
 
+PROOF_KINDS = {
+    "completion": "a completion line",
+    "last_step": "the announced last step reached",
+    "progressing": "still stepping at the end of its log",
+}
+MAX_PROOF_ROWS = 8
+
+
+def _proof_of_health(analysis: Analysis) -> list[str]:
+    """The lines a NO_FAILURE verdict rests on, at most MAX_PROOF_ROWS of them."""
+    proofs = analysis.verdict.proofs
+    rows = [
+        (where(p["file"], p["line"]), cell(p["rank"]), cell(PROOF_KINDS.get(p["kind"], p["kind"])), code(_short(p["text"], 200)))
+        for p in proofs[:MAX_PROOF_ROWS]
+    ]
+    out = ["## Proof of health", "", table(["where", "rank", "proof", "line"], rows), ""]
+    if len(proofs) > MAX_PROOF_ROWS:
+        out += [f"… and {plural(len(proofs) - MAX_PROOF_ROWS, 'more proof line')} (all in verdict.json).", ""]
+    return out
+
+
 def _evidence(analysis: Analysis) -> list[str]:
     v = analysis.verdict
+    if v.proofs:
+        return _proof_of_health(analysis)
     if not v.hypotheses:
         return []
     top = v.hypotheses[0]

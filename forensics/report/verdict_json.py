@@ -83,6 +83,7 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
             "culprit_gpus": verdict.culprit_gpus,
             "first_failure": verdict.first_failure,
             "confidence": verdict.confidence,
+            "health_proofs": verdict.proofs,
         },
         "hypotheses": [
             {
