@@ -165,15 +165,22 @@ def run_isolated(step: Step, incident: Incident, progress: Progress) -> None:
 
 
 def deduplicate(findings: pl.DataFrame) -> pl.DataFrame:
-    """One finding per (file, line, category, role): keep the one that knows most (rank, GPU).
+    """One finding per (file, line, category, role) and rank: keep the one that knows most (rank, GPU).
 
     The role stays in the key: one physical line can carry two messages (a progress bar that
-    ended without a newline, then another rank's timeout), the busy rank's and the crowd's.
+    ended without a newline, then another rank's timeout), the busy rank's and the crowd's. So
+    does a named rank: one report line can name several culprits (`[ready ranks: 0, 7, 3]`);
+    a finding without a rank yields to any that names one.
     """
+    key = ["file", "line", "category", "role"]
     cited = findings.filter(pl.col("line").is_not_null())
     uncited = findings.filter(pl.col("line").is_null())
-    kept = cited.sort([pl.col("rank").is_null(), pl.col("gpu").is_null(), pl.col("pci_bus_id").is_null(), "pattern"]).unique(
-        ["file", "line", "category", "role"], keep="first", maintain_order=True
+    ranked = cited.filter(pl.col("rank").is_not_null())
+    unranked = cited.filter(pl.col("rank").is_null()).join(ranked.select(key).unique(), on=key, how="anti", nulls_equal=True)
+    kept = (
+        pl.concat([ranked, unranked])
+        .sort([pl.col("gpu").is_null(), pl.col("pci_bus_id").is_null(), "pattern"])
+        .unique([*key, "rank"], keep="first", maintain_order=True)
     )
     return pl.concat([kept, uncited]).sort(["file", "line", "pattern"], nulls_last=True)
 

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from forensics.discover import discover
-from forensics.flow import ingest_text
+from forensics.flow import analyze, ingest_text
 from forensics.incident import Incident
 from forensics.ingest.c10d import parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import entries_frame, load_flight_recorder
@@ -243,6 +243,31 @@ def test_horovod_stall_reports_name_the_missing_ranks_in_both_formats():
     stall = new.filter(pl.col("kind") == "stall_report")
     assert stall["ranks_named"].to_list() == [[1]] and stall["line"].to_list() == [3]
     assert stall["op_type"].to_list() == ["broadcast.assign_conv_block_modules.0.0.bias"]
+
+
+# Horovod before 0.16 lists the ranks that ARE ready (horovod/horovod#215 and #364, as posted).
+HOROVOD_READY = [
+    "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
+    "remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors "
+    "or that only subset of ranks is submitting tensors, which will cause deadlock. Stalled ops: "
+    "training/SGD/DistributedSGD_Allreduce/HorovodAllreduce_training_SGD_gradients_conv1_1_BiasAdd_grad_BiasAddGrad_0 "
+    "[ready ranks: 21, 25, 26, 27, 28, 29, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 1, 3, 0, 15, 17, 18, 20, 22, 23, 24, 31, 8, 19, 2, 30]",
+    "allreduce.conv1.weight [ready ranks: 0, 7, 3, 2, 4, 6], ",
+    " allreduce.layer1.0.conv2.weight [ready ranks: 0, 7, 3, 4, 2, 6], ",
+]
+
+
+def test_an_old_horovod_ready_list_names_the_ranks_missing_from_it():
+    stalls = parse_collectives(_lines(HOROVOD_READY)).filter(pl.col("kind") == "stall_report")
+    assert stalls["ranks_named"].to_list() == [[16], [1, 5], [1, 5]]
+    assert stalls["op_type"].to_list()[1:] == ["allreduce.conv1.weight", "allreduce.layer1.0.conv2.weight"]
+
+
+def test_one_report_line_naming_two_ranks_blames_both_through_the_pipeline(tmp_path):
+    (tmp_path / "console.log").write_text("\n".join(HOROVOD_READY[1:]) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert verdict.category == "COLLECTIVE_TIMEOUT"
+    assert verdict.culprit_ranks == [1, 5]
 
 
 def test_a_horovod_stall_report_blames_the_missing_rank_not_the_reporter():

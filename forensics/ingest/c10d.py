@@ -71,7 +71,7 @@ _CANDIDATE_LITERALS = [
     "Timeout at ", "Heartbeat monitor", "blocking wait", "dump signal", "gloo", "remote error detected",
     "async exception", "NCCL error in:", "Terminating the process",
     "lagging", "didn't", "ranks:", "] started ", "] finished ",  # desync report lines
-    "[missing ranks: ",  # Horovod's stall report, before 0.21
+    "[missing ranks: ", "[ready ranks: ",  # Horovod's stall report, before 0.21 (and before 0.16)
 ]  # fmt: skip
 _CANDIDATE = "|".join(re.escape(literal) for literal in _CANDIDATE_LITERALS)
 _WORK = (
@@ -101,7 +101,7 @@ def _kind(text: pl.Expr) -> pl.Expr:
         ("last_work_status", r"Timeout at NCCL work: \d+"),
         ("heartbeat_stuck", r"watchdog got stuck for|Heartbeat monitor timed out"),
         ("dump_signal", r"Received a dump signal|flight recorder dump signal from another rank"),
-        ("stall_report", r"\[missing ranks: \d"),
+        ("stall_report", r"\[(?:missing|ready) ranks: \d"),
         (
             "desync_report",
             r"Timeout at collective: |lagging ranks|joined but didn't finish|didn't join collective|started ranks:|finished ranks:|\] (?:started|finished) \w+\s*$",
@@ -124,6 +124,13 @@ def _plausible(ranks: pl.Expr) -> pl.Expr:
 def _ints(text: pl.Expr, pattern: str) -> pl.Expr:
     """'[1, 5, 7]' captured by `pattern` -> [1, 5, 7]."""
     return text.str.extract(pattern).str.split(", ").cast(pl.List(pl.Int32), strict=False)
+
+
+def _not_ready(text: pl.Expr) -> pl.Expr:
+    """Old Horovod's `tensor [ready ranks: 0, 7, 3]` -> the ranks below the highest ready one that
+    are not ready ([1, 2, 4, 5, 6]); a missing rank above every ready one cannot be told."""
+    ready = _plausible(_ints(text, r"\[ready ranks: ((?:\d+, )*\d+)\]"))
+    return pl.int_ranges(0, ready.list.max() + 1, dtype=pl.Int32).list.set_difference(ready).list.sort()
 
 
 def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
@@ -167,6 +174,7 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
     named = pl.coalesce(
         _ints(text, r"ranks " + _RANK_LIST + r" are the lagging ranks"),
         _ints(text, r"\[missing ranks: ((?:\d+, )*\d+)\]"),
+        _not_ready(text),
         _ints(text, _RANK_LIST + r" (?:joined but didn't finish|finished collective|started|finished) "),
         _ints(text, r"(?:remote error detected from rank:? ?|dump signal due to a collective timeout from +rank )(\d+)"),
     )
@@ -194,7 +202,7 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
         op_type=pl.coalesce(
             work.struct.field("op"),
             text.str.extract(r"Timeout at collective: (\w+)"),
-            text.str.extract(r"(\S+) \[missing ranks: "),
+            text.str.extract(r"(\S+) \[(?:missing|ready) ranks: "),
             text.str.extract(r"\] (?:started|finished) (\w+)\s*$"),
         ),
         numel_in=work.struct.field("nin").cast(pl.Int64, strict=False),
