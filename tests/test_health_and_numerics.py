@@ -366,3 +366,29 @@ def test_a_loss_that_falls_from_its_start_or_doubles_does_not_explode(seed):
     curve = _noisy_curve(seed, steps=200)
     doubled = curve[:150] + [value * 2 for value in curve[150:]]
     assert numerics_table(extract_metrics(_loss_lines(doubled))).filter(pl.col("kind") == "loss_explosion").is_empty()
+
+
+# huggingface/transformers#14531 (T5-11B fp16 under DeepSpeed) and hiyouga/LLaMA-Factory#5627 (NPU), as posted.
+ZERO_AFTER_T5 = [
+    "{'loss': 6.2645, 'learning_rate': 0.001, 'epoch': 0.02}",
+    "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.04}",
+    "{'loss': 0.0, 'learning_rate': 0.001, 'epoch': 0.06}",
+]
+ZERO_AFTER_NPU = [
+    "{'loss': 1.4596, 'grad_norm': nan, 'learning_rate': 4.552255167404752e-06, 'epoch': 0.66}",
+    "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.549912997495027e-06, 'epoch': 0.66}",
+    "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.549912997495027e-06, 'epoch': 0.66}",
+]
+
+
+@pytest.mark.parametrize("posted", [ZERO_AFTER_T5, ZERO_AFTER_NPU])
+def test_a_loss_that_drops_straight_to_exactly_zero_has_collapsed(posted):
+    found = numerics_table(extract_metrics(lines_frame(posted))).filter(pl.col("kind") == "loss_collapse")
+    assert found["line"].to_list() == [2] and found["value"][0] == 0.0 and found["reference"][0] >= 1.0
+
+
+def test_a_loss_that_reaches_zero_gradually_or_once_has_not_collapsed():
+    overfit = [f"{{'loss': {value}, 'epoch': {i}}}" for i, value in enumerate([0.9, 0.3, 0.05, 0.004, 0.0, 0.0, 0.0])]
+    once = ZERO_AFTER_T5[:2] + ["{'loss': 5.9811, 'learning_rate': 0.001, 'epoch': 0.06}"]
+    for posted in (overfit, once):
+        assert numerics_table(extract_metrics(lines_frame(posted))).filter(pl.col("kind") == "loss_collapse").is_empty()

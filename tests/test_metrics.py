@@ -134,6 +134,17 @@ SAMPLES = [
     ),
     # Durations in their own units: milliseconds, sec/step, s/it (karpathy/nanoGPT#110, rwth-i6/returnn#1485).
     pytest.param("iter 1639: loss 3.9185, time 562.66ms", 1639, 3.9185, None, 0.56266, None, id="nanogpt-ms"),
+    # detectron2's EventWriter (facebookresearch/detectron2#195): `iter:` and `total_loss:`; its `time:` carries no unit.
+    pytest.param(
+        "[11/01 11:24:18 d2.utils.events]: eta: 8:07:40  iter: 759  total_loss: 1.070  loss_cls: 0.747  loss_box_reg: 0.322  "
+        "time: 0.3323  data_time: 0.0369  lr: 0.007592  max_mem: 3961M",
+        759,
+        1.070,
+        None,
+        None,
+        None,
+        id="detectron2-events",
+    ),  # fmt: skip
     pytest.param(
         "ep 29 train, step 1, ce 5.476, ctc_17 6.839, fer 0.836, mem_usage:cuda:0 6.5GB, 2.238 sec/step",
         1,

@@ -22,7 +22,7 @@ STEP = [
     r"\biteration\s+(\d+)\s*/",  # Megatron, NeMo 2
     r"\bglobal_step[=:]\s*(\d+(?:\.\d+)?(?:e\+\d+)?)",  # Lightning / NeMo bar (may be 3.2e+4)
     r"(?i)\bstep(?:[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`
-    r"\biter\s+(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185, time 562.66ms`
+    r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
     r"'step': '?(\d+)",  # HF dict with a step callback
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))? ?\[\d+\]\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]` (restarts each epoch)
@@ -33,7 +33,7 @@ LOSS = [
     r"\breduced_train_loss[=:]\s*" + NUMBER,
     r"'loss': '?" + NUMBER,
     r"(?i)\bloss[=:]\s*" + NUMBER,
-    r"\b(?:avr|avg|train|running|mean)_loss[=:]\s*" + NUMBER,  # sd-scripts tqdm `avr_loss=nan`; never val_/eval_loss
+    r"\b(?:avr|avg|train|running|mean|total)_loss[=:]\s*" + NUMBER,  # sd-scripts tqdm `avr_loss=nan`; never val_/eval_loss
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
 ]
 GRAD_NORM = [r"\bgrad[ _]norm[=:]?\s*" + NUMBER, r"'grad_norm': '?" + NUMBER]

@@ -27,6 +27,11 @@ Notes:
       times its best value so far, having lost at least half the progress made from
       its start, and never comes back below that line to the end of the stream (at least
       PERSIST points): training is undoing itself without a single NaN.
+    - loss_collapse (METRIC010): the loss drops from at least ZERO_FROM straight to exactly
+      zero and stays there for ZERO_POINTS logs or more. No real objective reaches an exact
+      zero from there in one logging interval: the loss is no longer being computed (every
+      step skipped on fp16 overflow, every label masked, a NaN turned to zero). Cites the
+      first zero; the reference is the loss before it.
     - plateau (METRIC008, info): a stream logged from the start of training (first step
       at most PLATEAU_FIRST_STEP) over at least PLATEAU_POINTS losses whose smoothed loss
       never fell PLATEAU_LEARNED below its start: the model is not learning (learning rate
@@ -56,6 +61,8 @@ PERSIST = 3
 MIN_LOSS_POINTS = 10
 EXPLODED = 1_000.0  # a loss this many times its lowest earlier value has blown up, however few points show it
 MIN_EXPLOSION_LOSS = 100.0  # and is large in absolute terms: no aux loss of 1e-5 rising to 0.01 counts
+ZERO_FROM = 1.0
+ZERO_POINTS = 2
 PLATEAU_POINTS = 40
 PLATEAU_FIRST_STEP = 10
 PLATEAU_LEARNED = 0.05
@@ -72,6 +79,7 @@ KINDS = {
     "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
     "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
     "loss_explosion": ("METRIC009", f"The loss exploded (over {EXPLODED:,.0f}x its lowest earlier value)", "error"),
+    "loss_collapse": ("METRIC010", "The loss dropped straight to exactly zero and stayed there", "error"),
     "plateau": ("METRIC008", "The loss has not improved since the start (plateau)", "info"),
     "replica_divergence": ("METRIC007", "Loss departed from the other ranks' and stayed apart (replicas disagree)", "error"),
 }
@@ -180,6 +188,17 @@ def loss_explosion(metrics: pl.DataFrame) -> pl.DataFrame:
     return _anomalies(exploded, "loss_explosion", "loss", pl.col("lowest"))
 
 
+def loss_collapse(metrics: pl.DataFrame) -> pl.DataFrame:
+    segment = [*STREAM, "segment"]
+    losses = _segmented(metrics.filter(pl.col("loss").is_finite()))
+    zero = pl.col("loss") == 0
+    run = (zero != zero.shift(1)).fill_null(True).cum_sum().over(segment)
+    scored = losses.with_columns(before=pl.col("loss").shift(1).over(segment), run=run)
+    zeros = scored.filter(zero).with_columns(length=pl.len().over([*segment, "run"]))
+    onset = zeros.filter((pl.col("before") >= ZERO_FROM) & (pl.col("length") >= ZERO_POINTS))
+    return _anomalies(onset, "loss_collapse", "loss", pl.col("before"))
+
+
 def plateau(metrics: pl.DataFrame) -> pl.DataFrame:
     segment = [*STREAM, "segment"]
     smooth = pl.col("loss").rolling_median(window_size=SMOOTH, min_samples=SMOOTH).over(segment)
@@ -214,7 +233,10 @@ def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
         return pl.DataFrame(schema=NUMERICS)
-    detectors = (non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, loss_explosion, plateau, replica_divergence)
+    detectors = (
+        non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, loss_explosion, loss_collapse, plateau,
+        replica_divergence,
+    )  # fmt: skip
     return pl.concat([detect(metrics) for detect in detectors]).sort("file", "line", "kind")
 
 
