@@ -324,6 +324,20 @@ def test_a_grad_scale_near_zero_is_a_collapse_and_a_small_starting_scale_is_not(
     assert numerics_table(metrics).is_empty()
 
 
+def test_a_loss_scale_driven_below_one_sixty_fourth_by_overflows_is_a_collapse():
+    """fairseq#515: the scale halves from 0.0625 to 0.0039 while the loss still falls; fp16 gradients overflow unscaled."""
+    lines = lines_frame(
+        [
+            "| WARNING: overflow detected, setting loss scale to: 0.0625",
+            "| WARNING: overflow detected, setting loss scale to: 0.03125",
+            "| WARNING: overflow detected, setting loss scale to: 0.015625",
+            "| WARNING: overflow detected, setting loss scale to: 0.0078125",
+        ]
+    )
+    found = numerics_table(extract_metrics(lines))
+    assert found["kind"].to_list() == ["loss_scale_collapse"] and found["line"].to_list() == [4]
+
+
 def test_an_average_loss_in_a_progress_bar_that_turns_nan_is_numerical():
     """sd-scripts prints its running average as `avr_loss=` in the tqdm postfix."""
     lines = lines_frame(

@@ -15,8 +15,8 @@ Notes:
       then carried it to every replica.
     - loss_scale_collapse (METRIC002): the fp16 dynamic loss scale fell below
       COLLAPSED_SCALE, or to 1/SCALE_DROP of the largest value logged. The start differs
-      by framework (DeepSpeed and torch's GradScaler 2^16, icefall 1.0), so the absolute
-      floor is far below any of them.
+      by framework (DeepSpeed and torch's GradScaler 2^16, fairseq 128, icefall 1.0), so
+      the absolute floor is far below any of them.
     - grad_explosion (METRIC003): a finite gradient norm EXPLOSION times the median of
       the same stream's TRAIL norms before it (at least MIN_TRAIL of them).
     - loss_spike (METRIC004, info): a loss at least SPIKE_RISE above the median of its
@@ -48,7 +48,7 @@ import polars as pl
 from forensics.passes.replicas import departed_ranks
 from forensics.schema import FINDINGS, conform, empty
 
-COLLAPSED_SCALE = 2.0**-14  # below fp16's smallest normal: scaled gradients vanish, whatever the start
+COLLAPSED_SCALE = 2.0**-6  # 64x below the lowest start (icefall 1.0): the gradients overflow fp16 even scaled down
 SCALE_DROP = 2.0**12
 EXPLOSION = 100.0
 TRAIL = 20
