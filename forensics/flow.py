@@ -26,10 +26,12 @@ from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.cross_rank import rank_table, world_size
 from forensics.passes.templates import unmatched_error_templates
 from forensics.passes.verbatim import quote_lines
+from forensics.passes.work_lost import work_lost
 from forensics.schema import InputKind, InputStatus, Role
 from forensics.steps.common import Step
 from forensics.verdict import decide
 
+STILL_GOING = ("healthy", "slow")  # states that lose no work; every other one may have lost all since the last checkpoint
 TEXT_KINDS = (InputKind.RANK_LOG, InputKind.CONSOLE_LOG, InputKind.NCCL_LOG, InputKind.KERNEL_LOG)
 
 Progress = Callable[[str], None]
@@ -121,6 +123,8 @@ def analyze_incident(incident: Incident, catalog: Catalog | None = None, progres
             world,
             incident.tables.get("health"),
         )
+        if verdict.state not in STILL_GOING:
+            verdict.work_lost = work_lost(incident.findings, incident.metrics, verdict.first_failure)
     return Analysis(incident, verdict, catalog, world, unmatched)
 
 

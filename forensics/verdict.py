@@ -76,6 +76,7 @@ class Verdict:
     checklist: list[str]
     triage: list[str]
     proofs: list[dict[str, Any]] = field(default_factory=list)  # for NO_FAILURE: the lines that prove health
+    work_lost: dict[str, Any] | None = None  # passes.work_lost: the last checkpoint before the failure
 
 
 def load_playbooks() -> dict[str, dict[str, Any]]:

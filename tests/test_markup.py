@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from forensics.report.markup import cell, code, code_block, ranges, table, where
+from forensics.report.markup import cell, code, code_block, duration, ranges, table, where
 
 # A pipe preceded by an even number of backslashes (zero included) splits a GFM table row.
 LIVE_PIPE = r"(?<!\\)(?:\\\\)*\|"
@@ -115,3 +115,8 @@ def test_advice_keeps_commands_and_identifiers_pasteable():
         "Profile peak memory per step (`torch.cuda.max_memory_allocated`) before scaling up"
     )
     assert prose("Check `ulimit -u`; lower OMP_NUM_THREADS | *not* more") == "Check `ulimit -u`; lower `OMP_NUM_THREADS` \\| \\*not\\* more"
+
+
+@pytest.mark.parametrize(("seconds", "expected"), [(0, "0 s"), (42.4, "42 s"), (750, "12 min"), (7199, "2 h 0 min"), (9000, "2 h 30 min")])
+def test_duration(seconds, expected):
+    assert duration(seconds) == expected

@@ -12,7 +12,7 @@ import polars as pl
 
 from forensics.analysis import Analysis
 from forensics.ingest import condense
-from forensics.report.markup import cell, code, code_block, plural, prose, ranges, table, where
+from forensics.report.markup import cell, code, code_block, duration, plural, prose, ranges, table, where
 from forensics.schema import RANK_ALIVE
 
 MAX_RANK_ROWS = 32
@@ -45,7 +45,28 @@ def _headline(analysis: Analysis) -> list[str]:
         facts.append(f"- **First failure:** {where(ff['file'], ff['line'])} at {when}{quote}")
     if not v.culprit_ranks and v.category not in ("NO_FAILURE",):
         facts.append("- **Culprit rank(s):** UNKNOWN")
+    if v.work_lost:
+        facts.append(f"- **Work lost:** {_work_lost(v.work_lost)}")
     return out + facts + [""]
+
+
+def _work_lost(lost: dict[str, Any]) -> str:
+    """One sentence: the last checkpoint written before the failure, what was done since, and a
+    save that began after it and did not finish."""
+    reached = f" (the logs reach step {lost['last_step']})" if lost["last_step"] is not None else ""
+    save, unfinished = lost["checkpoint"], lost["unfinished"]
+    if save is None:
+        said = f"UNKNOWN: no written checkpoint appears in the logs before the failure{reached}."
+    else:
+        since = [plural(lost["steps_lost"], "step")] if lost["steps_lost"] is not None else []
+        if lost["seconds_lost"] is not None and not (lost["at_least"] and lost["seconds_lost"] < 1):
+            since.append(("at least " if lost["at_least"] else "") + duration(lost["seconds_lost"]))
+        at_step = f" at step {save['step']}" if save["step"] is not None else ""
+        cost = f"; {' and '.join(since)} since then" if since else ""
+        said = f"last checkpoint written {where(save['file'], save['line'])}{at_step}{cost}: {code(_short(save['text'], 200))}."
+    if unfinished:
+        said += f" A later save began at {where(unfinished['file'], unfinished['line'])} and shows no sign of finishing: {code(_short(unfinished['text'], 200))}."
+    return said
 
 
 def _short(text: str | None, limit: int = 300) -> str:

@@ -114,6 +114,14 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def duration(seconds: float) -> str:
+    """42 -> '42 s', 750 -> '12 min', 9000 -> '2 h 30 min'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
+
+
 def ranges(values: Iterable[int]) -> str:
     """[0,1,2,3,7,9,10] -> '0-3, 7, 9-10': how 1,024 ranks fit in one cell."""
     ordered = sorted(set(values))

@@ -52,6 +52,13 @@ def _inputs(analysis: Analysis) -> list[dict[str, Any]]:
     ]
 
 
+def _work_lost(lost: dict[str, Any] | None) -> dict[str, Any] | None:
+    if lost is None:
+        return None
+    saves = {key: {**lost[key], "time": _iso(lost[key]["time"])} for key in ("checkpoint", "unfinished") if lost[key]}
+    return {**lost, **saves}
+
+
 def _table_records(analysis: Analysis, name: str) -> list[dict[str, Any]]:
     table = analysis.incident.tables.get(name)
     if table is None or table.is_empty():
@@ -84,6 +91,7 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
             "first_failure": verdict.first_failure,
             "confidence": verdict.confidence,
             "health_proofs": verdict.proofs,
+            "work_lost": _work_lost(verdict.work_lost),
         },
         "hypotheses": [
             {
