@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -37,6 +38,7 @@ def localize(incident: Incident) -> Incident:
         parse_collectives(lines), incident.tables.get("fr_entries"), incident.tables["nccl_topology"],
         lines["rank"].drop_nulls().unique().to_list(), None,
         exits=parse_exits(lines), nccl_warns=incident.tables["nccl_warns"], lines=lines,
+        fr_pg_status=incident.tables.get("fr_pg_status"),
     )  # fmt: skip
     incident.merge_pass(result)
     return incident
@@ -142,6 +144,27 @@ def test_flight_recorder_missing_rank_and_refused_dump(incidents, tmp_path, monk
     assert mismatches.select("seq", "problem", "ranks", "expected").rows() == [(25, "missing_ranks", "3", "nccl:all_reduce")]
     statuses = dict(incident.inputs.select("path", "problem").rows())
     assert "refused to import" in statuses["untrusted/nccl_trace_rank_0"]
+
+
+@pytest.mark.parametrize(
+    ("incident", "dumps", "seq", "op"),
+    [
+        ("gloo_flight_recorder", ["fr_trace_0", "fr_trace_1", "fr_trace_2"], 29, "gloo:all_reduce"),  # real torch 2.13 dumps
+        ("hang_flight_recorder", ["nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"], 25, "nccl:all_reduce"),
+    ],
+)
+def test_a_rank_that_left_no_flight_recorder_dump_while_the_others_wait_is_the_culprit(incident, dumps, seq, op, tmp_path):
+    for name in dumps:  # the culprit, rank 3, wrote no dump
+        shutil.copy(INCIDENTS / incident / name, tmp_path / name)
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", "hung", [3])
+    result = run(tmp_path)
+    assert result.tables["fr_mismatches"].select("seq", "problem", "ranks", "expected").rows() == [(seq, "no_dump", "3", op)]
+
+
+def test_every_rank_dumped_so_no_rank_is_missing_a_dump():
+    result = run(INCIDENTS / "gloo_flight_recorder")
+    assert "no_dump" not in result.tables["fr_mismatches"]["problem"].to_list()
 
 
 def test_flight_recorder_op_size_and_dtype_mismatch():

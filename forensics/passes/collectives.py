@@ -32,6 +32,7 @@ Notes:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 
 import polars as pl
@@ -72,7 +73,7 @@ COLLECTIVE_STATE: dict[str, pl.DataType] = {
 FR_MISMATCHES: dict[str, pl.DataType] = {
     "pg": pl.String,
     "seq": pl.Int64,
-    "problem": pl.String,  # missing_ranks | COLLECTIVE_TYPE_MISMATCH | SIZE_OR_SYNTAX_MISMATCH | DTYPE | STATE
+    "problem": pl.String,  # missing_ranks | no_dump | COLLECTIVE_TYPE_MISMATCH | SIZE_OR_SYNTAX_MISMATCH | DTYPE | STATE
     "ranks": pl.String,  # the odd ones out
     "expected": pl.String,  # what the majority recorded
     "found": pl.String,
@@ -274,6 +275,39 @@ def _fr_analysis(fr_entries: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(out, schema=FR_MISMATCHES).sort("seq", "pg")
 
 
+def _fr_no_dump(fr_entries: pl.DataFrame, fr_pg_status: pl.DataFrame) -> pl.DataFrame:
+    """Members of a PG (its pg_config ranks) that left no dump while every rank that did dump
+    waits in a collective it never completed: the dump set's missing ranks are the suspects."""
+    dumped = set(fr_entries["rank"].drop_nulls().to_list())
+    configs = fr_pg_status["pg_ranks"].drop_nulls().to_list()
+    world = max(configs, key=lambda ranks: len(re.findall(r"\d+", ranks)), default=None)
+    # torch 2.13's gloo dumps key the default PG's config '' while its entries say '0': the
+    # default PG spans the world, the widest rank list of any config.
+    descs = fr_entries.select("pg_name", _desc="pg_desc").drop_nulls().unique("pg_name")
+    status = (
+        fr_pg_status.filter(pl.col("last_enqueued").is_not_null())
+        .join(descs, on="pg_name", how="left")
+        .with_columns(pg_ranks=pl.coalesce("pg_ranks", pl.when(pl.coalesce("pg_desc", "_desc") == "default_pg").then(pl.lit(world))))
+    )
+    out: list[dict] = []
+    for (pg,), group in status.filter(pl.col("pg_ranks").is_not_null()).group_by("pg_name", maintain_order=True):
+        members = {int(r) for r in re.findall(r"\d+", group["pg_ranks"][0])}
+        absent = sorted(members - dumped)
+        # Waiting: the rank's status says a collective is not complete, or its newest entry is not
+        # (gloo's pg_status calls a timed-out collective completed; its entries stay `scheduled`).
+        newest = fr_entries.filter(pl.col("pg_name") == pg).sort("collective_seq_id").group_by("rank").last()
+        unfinished = set(newest.filter(pl.col("state") != "completed")["rank"].to_list())
+        waiting = group.filter((pl.col("last_completed").fill_null(-1) < pl.col("last_enqueued")) | pl.col("rank").is_in(unfinished))
+        if not absent or waiting.height < group.height:
+            continue
+        seq = int(newest["collective_seq_id"].min()) if unfinished else int(waiting["last_completed"].fill_null(-1).min()) + 1
+        ops = fr_entries.filter((pl.col("pg_name") == pg) & (pl.col("collective_seq_id") == seq))["op"]
+        out.append({"pg": pg, "seq": seq, "problem": "no_dump", "ranks": rank_ranges(absent),
+                    "expected": ops.mode().sort().first() if ops.len() else None,
+                    "found": f"no dump, while ranks {rank_ranges(sorted(set(group['rank'].to_list())))} wait in it"})  # fmt: skip
+    return pl.DataFrame(out, schema=FR_MISMATCHES) if out else empty(FR_MISMATCHES)
+
+
 def _world(world_size: int | None, topology: pl.DataFrame, exits: pl.DataFrame | None, ranks: Iterable[int]) -> int | None:
     if world_size:
         return world_size
@@ -307,13 +341,15 @@ def localize_hang(
     exits: pl.DataFrame | None = None,
     nccl_warns: pl.DataFrame | None = None,
     lines: pl.DataFrame | None = None,
+    fr_pg_status: pl.DataFrame | None = None,
 ) -> PassResult:
     """Findings naming the culprit ranks of a collective hang, and the per-rank state tables.
 
     `collectives` is `c10d.parse_collectives` output, `fr_entries` the Flight Recorder
     frame, `nccl_topology` the NCCL topology (for rank -> host/GPU), `ranks_seen` the
-    ranks that left any log. Optional: torchrun `exits`, classified `nccl_warns`, and
-    the LINES frame (to cite a silent rank's last line).
+    ranks that left any log. Optional: torchrun `exits`, classified `nccl_warns`, the
+    LINES frame (to cite a silent rank's last line), and the Flight Recorder `fr_pg_status`
+    (each PG's members, to name the ranks that left no dump).
     """
     collectives = conform(collectives, COLLECTIVES) if collectives is not None else empty(COLLECTIVES)
     topology = nccl_topology if nccl_topology is not None else empty({"nranks": pl.Int32})
@@ -387,11 +423,20 @@ def localize_hang(
               + (" (op/numel in/numel out)" if d["reason"] == "numel_mismatch" else "") + ": mismatched collectives",
               {"pg": pg, "seq": seq, **d})  # fmt: skip
 
-    fr_mismatches = _fr_analysis(fr_entries) if fr_entries is not None and not fr_entries.is_empty() else empty(FR_MISMATCHES)
+    fr_mismatches = empty(FR_MISMATCHES)
+    if fr_entries is not None and not fr_entries.is_empty():
+        no_dump = _fr_no_dump(fr_entries, fr_pg_status) if fr_pg_status is not None else empty(FR_MISMATCHES)
+        fr_mismatches = pl.concat([_fr_analysis(fr_entries), no_dump]).sort("seq", "pg")
     for row in fr_mismatches.iter_rows(named=True):
         for rank in _parse_ranges(row["ranks"]):
             ev = _dump_of(fr_entries, rank)
-            if row["problem"] == "missing_ranks":
+            if row["problem"] == "no_dump":
+                a_waiting_rank = fr_entries.filter(pl.col("pg_name") == row["pg"])["rank"].min()
+                blame("HANG005", "Rank missing from a collective in the Flight Recorder dumps",
+                      Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL, Role.INITIATING, rank, _dump_of(fr_entries, a_waiting_rank),
+                      f"Flight Recorder: rank {rank} of PG {row['pg']} left no dump while every rank that dumped waits in "
+                      f"collective #{row['seq']} ({row['expected']})", {"pg": row["pg"], "seq": row["seq"], "reason": "fr_no_dump"})  # fmt: skip
+            elif row["problem"] == "missing_ranks":
                 blame("HANG005", "Rank missing from a collective in the Flight Recorder dumps",
                       Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL, Role.INITIATING, rank, ev,
                       f"Flight Recorder: rank {rank} never joined collective #{row['seq']} ({row['expected']}) in PG "

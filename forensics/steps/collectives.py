@@ -48,6 +48,7 @@ def hang_pass(incident: Incident, progress: Progress) -> None:
         exits=incident.tables.get("exits"),
         nccl_warns=incident.tables.get("nccl_warns"),
         lines=incident.lines,
+        fr_pg_status=incident.tables.get("fr_pg_status"),
     )
     incident.merge_pass(result)
 
