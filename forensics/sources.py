@@ -54,4 +54,9 @@ SECTIONS: list[Callable[[Incident], str | None]] = [
     render_timing,
 ]
 
-FIGURES: list[Callable[[Incident, Path], list[Path]]] = [gpu.draw_gpu_figures, traces.draw_trace_figures, timing.draw_metric_figures]
+FIGURES: list[Callable[[Incident, Path], list[Path]]] = [
+    timing.draw_rank_timeline,
+    gpu.draw_gpu_figures,
+    traces.draw_trace_figures,
+    timing.draw_metric_figures,
+]

@@ -10,6 +10,7 @@ from forensics.passes.periodicity import find_periodicity, spike_periodogram, st
 from forensics.passes.slowdown import job_slowdown
 from forensics.passes.stragglers import find_stragglers
 from forensics.report.metric_figures import periodicity_figure, step_time_heatmap, training_curves
+from forensics.report.rank_timeline import rank_timeline
 from forensics.steps.common import Progress
 
 
@@ -43,3 +44,9 @@ def draw_metric_figures(incident: Incident, directory: Path) -> list[Path]:
     if times is not None and found is not None and not found.is_empty():
         drawn.append(periodicity_figure(times, found.row(0, named=True), spike_periodogram(times), directory))
     return [path for path in drawn if path is not None]
+
+
+def draw_rank_timeline(incident: Incident, directory: Path) -> list[Path]:
+    """ranks.png for a multi-rank incident whose ranks logged timestamps."""
+    drawn = rank_timeline(incident.ranks, incident.lines, directory)
+    return [drawn] if drawn is not None else []
