@@ -22,7 +22,9 @@ Notes:
 from __future__ import annotations
 
 import math
+import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -152,19 +154,35 @@ def _advising(evidence: pl.DataFrame) -> list[str]:
     return leading["pattern"].unique(maintain_order=True).to_list()
 
 
+STOP_WORDS = frozenset("a an and at for if in is it its of on or per the then to with".split())
+SAME_ADVICE = 0.6  # share of the shorter fix's content words found in an earlier one
+
+
+def _content_words(fix: str) -> set[str]:
+    return {word.removesuffix("s") for word in re.findall(r"[a-z0-9]+", fix.lower())} - STOP_WORDS
+
+
+def _add_new(fixes: list[str], candidates: Iterable[str]) -> None:
+    """Append each candidate unless an earlier fix says the same (two patterns' wordings of one advice)."""
+    for fix in candidates:
+        words = _content_words(fix)
+        if not any(len(words & _content_words(f)) >= SAME_ADVICE * min(len(words), len(_content_words(f))) for f in fixes):
+            fixes.append(fix)
+
+
 def _fixes(patterns: dict[str, Pattern | Derived], pattern_ids: list[str], playbook: dict[str, Any]) -> dict[str, list[str]]:
     immediate: list[str] = []
     structural: list[str] = []
     for pid in pattern_ids:
         pattern = patterns.get(pid)
         if pattern:
-            immediate += [f for f in pattern.immediate if f not in immediate]
-            structural += [f for f in pattern.structural if f not in structural]
+            _add_new(immediate, pattern.immediate)
+            _add_new(structural, pattern.structural)
     # The category playbook only fills in where the matched patterns say little.
     if len(immediate) < 3:
-        immediate += [f for f in playbook.get("immediate", []) if f not in immediate]
+        _add_new(immediate, playbook.get("immediate", []))
     if len(structural) < 3:
-        structural += [f for f in playbook.get("structural", []) if f not in structural]
+        _add_new(structural, playbook.get("structural", []))
     return {"immediate": immediate[:6], "structural": structural[:6]}
 
 
@@ -366,7 +384,8 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
             known = verdict_category not in (Category.UNKNOWN, Category.NO_FAILURE)
             if known and verdict_category not in prior:
                 note += f"; here the evidence points to {verdict_category} instead"
-            notes.append(f"Failed {window}: {note}.")
+            slow = verdict_category == Category.STRAGGLER  # slow, not failed: its first slow line is placed
+            notes.append(f"{'First seen slow' if slow else 'Failed'} {window}: {note}.")
     elif first is None:
         notes.append("Time into the run: no failing line to place in time.")
     else:

@@ -115,6 +115,11 @@ def test_advice_keeps_commands_and_identifiers_pasteable():
         "Profile peak memory per step (`torch.cuda.max_memory_allocated`) before scaling up"
     )
     assert prose("Check `ulimit -u`; lower OMP_NUM_THREADS | *not* more") == "Check `ulimit -u`; lower `OMP_NUM_THREADS` \\| \\*not\\* more"
+    # A call with its argument and a keyword setting stay whole (NUM018, NUM001).
+    assert prose("Re-run the failing step with torch.autograd.set_detect_anomaly(True) to locate the op") == (
+        "Re-run the failing step with `torch.autograd.set_detect_anomaly(True)` to locate the op"
+    )
+    assert prose("Clip gradients (max_norm=1.0) and monitor grad norm") == "Clip gradients (`max_norm=1.0`) and monitor grad norm"
 
 
 @pytest.mark.parametrize(("seconds", "expected"), [(0, "0 s"), (42.4, "42 s"), (750, "12 min"), (7199, "2 h 0 min"), (9000, "2 h 30 min")])

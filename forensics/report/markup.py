@@ -41,7 +41,9 @@ def cell(value: object, limit: int = MAX_CELL) -> str:
 
 
 # Tokens a reader pastes: ENV=value settings and identifiers with an underscore or a dotted path.
-_PASTABLE = re.compile(r"(?<![\w`])(?:[A-Z][A-Z0-9_]*=[^\s,;()]+|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\(\))?)(?![\w`])")
+_PASTABLE = re.compile(
+    r"(?<![\w`])(?:[A-Z][A-Z0-9_]*=[^\s,;()]+|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\([^()\s]*\)|=[^\s,;()]+)?)(?![\w`])"
+)
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
 
