@@ -37,6 +37,7 @@ PASSES: list[Step] = [
     Step("traceback-context", exceptions.traceback_context_pass),
     Step("stack-dumps", exceptions.stack_dump_pass),
     Step("collective-mismatch", exceptions.collective_mismatch_pass),
+    Step("fabric", collectives.fabric_pass),
     Step("hang", collectives.hang_pass),
     Step("stalled-rank", exceptions.stalled_rank_pass),
     Step("busy-rank", collectives.busy_rank_pass),
@@ -49,6 +50,7 @@ PASSES: list[Step] = [
 
 SECTIONS: list[Callable[[Incident], str | None]] = [
     collectives.render_collectives_section,
+    collectives.render_cluster_section,
     render_gpu_section,
     render_traces_section,
     render_timing,

@@ -233,6 +233,12 @@ def build_hypotheses(
         if len(ranks) >= JOB_WIDE_MIN_RANKS and len(ranks) >= JOB_WIDE_SHARE * ranks_seen:
             ranks = []  # every rank failed the same way first-hand: a shared cause, not one rank
         hosts = [h for h in culprit_rows["host"].drop_nulls().unique(maintain_order=True).to_list()]
+        # A fault of a host itself (a port down, with no rank of its own) names that host; the
+        # ranks that report the network errors it causes are its victims, wherever they run.
+        host_faults = [pid for pid, p in patterns.items() if getattr(p, "host_fault", False)]
+        host_level = culprit_rows.filter(pl.col("pattern").is_in(host_faults) & pl.col("host").is_not_null())
+        if not host_level.is_empty():
+            hosts = host_level["host"].unique(maintain_order=True).to_list()
         evidence_frame = group.sort(
             [pl.col("role").replace_strict(ROLE_WEIGHT, default=0.0), pl.col("order_time").is_null(), "order_time", "file", "line"],
             descending=[True, False, False, False, False],

@@ -73,6 +73,8 @@ class Derived:
     references: tuple[str, ...] = ()
     numbered: bool = False
     rank_agnostic: bool = False
+    # The finding is about a host itself (a port down), not a rank: the verdict names that host.
+    host_fault: bool = False
     path: Path | None = field(default=None, compare=False)
     tier = "derived"  # neither a known message nor a message family: a pass's conclusion
 
@@ -154,7 +156,7 @@ def load_derived_entry(path: Path) -> Derived:
     category = data.get("category", "")
     if category and category not in Category.__members__:
         raise CatalogError(f"{path}: unknown category {category!r}")
-    for flag in ("numbered", "rank_agnostic"):
+    for flag in ("numbered", "rank_agnostic", "host_fault"):
         if not isinstance(data.get(flag, False), bool):
             raise CatalogError(f"{path}: '{flag}' must be true or false")
     return Derived(
@@ -170,6 +172,7 @@ def load_derived_entry(path: Path) -> Derived:
         references=_strings(data, "references", path),
         numbered=data.get("numbered", False),
         rank_agnostic=data.get("rank_agnostic", False),
+        host_fault=data.get("host_fault", False),
         path=path,
     )
 

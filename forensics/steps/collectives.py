@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.ingest.c10d import COLLECTIVES, parse_collectives, parse_exits
+from forensics.ingest.fabric import parse_fabric
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
 from forensics.passes.attribution import attribute_native_runs, attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
 from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
+from forensics.passes.fabric import fabric_findings
+from forensics.report.cluster_section import render_cluster
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import InputKind, empty
 from forensics.steps.common import Progress
@@ -23,6 +26,7 @@ def ingest_nccl_and_c10d(incident: Incident, progress: Progress) -> None:
     incident.tables.update(parse_nccl(incident.lines))
     incident.tables["collectives"] = parse_collectives(incident.lines)
     incident.tables["exits"] = parse_exits(incident.lines)
+    incident.tables.update(parse_fabric(incident.lines))
 
 
 def ingest_flight_recorder(incident: Incident, progress: Progress) -> None:
@@ -71,3 +75,12 @@ def attribution_pass(incident: Incident, progress: Progress) -> None:
     incident.findings = attribute_native_runs(incident.findings, incident.lines)
     incident.tables["rank_hosts"] = rank_hosts(incident.lines, exits, topology)
     incident.findings = fill_hosts(incident.findings, incident.tables["rank_hosts"])
+
+
+def fabric_pass(incident: Incident, progress: Progress) -> None:
+    """InfiniBand ports that are not Active, as NETWORK findings on their host."""
+    incident.add_findings(fabric_findings(incident.tables.get("ib_ports")))
+
+
+def render_cluster_section(incident: Incident) -> str | None:
+    return render_cluster(incident.tables) or None

@@ -1,0 +1,77 @@
+"""Markdown for the Cluster section: measured bus bandwidth (nccl-tests) and InfiniBand port states.
+
+Rendering only: the `nccl_test_runs` and `ib_ports` tables of ingest.fabric in, markdown out;
+empty when neither was found. Bounded: at most MAX_ROWS rows per table, the rest counted.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.report.markup import cell, plural, table, where
+
+MAX_ROWS = 32
+
+
+def render_cluster(tables: dict[str, pl.DataFrame]) -> str:
+    parts = []
+    runs = tables.get("nccl_test_runs")
+    if runs is not None and not runs.is_empty():
+        parts += ["### Bus bandwidth measured by nccl-tests", _runs(runs)]
+    ports = tables.get("ib_ports")
+    if ports is not None and not ports.is_empty():
+        parts += ["### InfiniBand ports", _ports(ports)]
+    return "\n\n".join(["## Cluster", *parts]) + "\n" if parts else ""
+
+
+def _gbs(value: float | None) -> str:
+    return f"{value:,.1f} GB/s" if value is not None else "—"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "—"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{value / size:g} {unit}"
+    return f"{value} B"
+
+
+def _runs(runs: pl.DataFrame) -> str:
+    rows = [
+        (
+            where(r["file"], r["line"]),
+            cell(r["ranks"]),
+            cell(", ".join(r["hosts"] or []) or None),
+            cell(r["gpu_model"]),
+            _bytes(r["max_size_bytes"]),
+            _gbs(r["max_size_busbw_gbs"]),
+            _gbs(r["avg_busbw_gbs"]),
+            cell(r["wrong"] if r["out_of_bounds"] is None else r["out_of_bounds"]),
+        )  # fmt: skip
+        for r in runs.head(MAX_ROWS).iter_rows(named=True)
+    ]
+    out = table(["run", "ranks", "hosts", "GPU", "largest size", "busbw there", "avg busbw", "wrong values"], rows)
+    note = (
+        "A run with no sizes stopped before its first result (see the errors above); compare busbw with the same test on known-good nodes."
+    )
+    more = f"\n\n… and {plural(runs.height - MAX_ROWS, 'more run')}." if runs.height > MAX_ROWS else ""
+    return f"{out}\n\n{note}{more}"
+
+
+def _ports(ports: pl.DataFrame) -> str:
+    ordered = ports.sort(pl.col("state").str.to_lowercase() == "active", "host", "ca", "port", nulls_last=True)
+    rows = [
+        (
+            cell(r["host"]),
+            cell(r["ca"]),
+            cell(r["port"]),
+            cell(r["state"]),
+            cell(r["physical_state"]),
+            cell(f"{r['rate_gbps']:g} Gb/s" if r["rate_gbps"] is not None else None),
+            where(r["file"], r["line"]),
+        )  # fmt: skip
+        for r in ordered.head(MAX_ROWS).iter_rows(named=True)
+    ]
+    more = f"\n\n… and {plural(ports.height - MAX_ROWS, 'more port')}." if ports.height > MAX_ROWS else ""
+    return table(["host", "CA", "port", "state", "physical state", "rate", "where"], rows) + more

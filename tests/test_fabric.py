@@ -1,0 +1,93 @@
+"""nccl-tests runs and ibstat ports from real posted output (fixtures/formats), and what they decide."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.flow import analyze
+from forensics.ingest.fabric import parse_fabric
+from forensics.report.cluster_section import render_cluster
+from forensics.schema import LINES, conform
+
+FORMATS = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+PUBLIC = Path(__file__).resolve().parents[1] / "fixtures" / "public"
+
+
+def _frames(folder: str, name: str, as_path: str | None = None) -> dict[str, pl.DataFrame]:
+    text = (FORMATS / folder / name).read_text(encoding="utf-8").splitlines()
+    lines = pl.DataFrame({"file": as_path or f"{folder}/{name}", "line": range(1, len(text) + 1), "text": text})
+    return parse_fabric(conform(lines, LINES))
+
+
+@pytest.mark.parametrize(
+    ("folder", "ranks", "hosts", "sizes", "largest", "busbw", "avg"),
+    [
+        # 2 x 8 H100 (nccl-tests 2.x, `#wrong`): 8 GiB at 338.82 GB/s, average 70.742.
+        ("nccltests_a3mega_2node_h100", 16, ["ztan-mig-235z", "ztan-mig-gq73"], 31, 8589934592, 338.82, 70.742),
+        # A header-less excerpt behind mpirun's `[1,0]<stdout>:` with the older `error` column (2e-07).
+        ("nccltests_awsefaeks_p4d_2node_efa", None, None, 28, 1073741824, 32.71, 7.80081),
+        # Runs that failed before their first size: ranks and hosts from the `# Rank` lines, no results.
+        ("nccltests_219_2node_internal_error", 4, ["fengyun", "fengyun416"], None, None, None, None),
+        ("nccltests_5_old_format_cuda_error", 8, ["node03"], None, None, None, None),
+    ],
+)
+def test_nccl_tests_runs(folder, ranks, hosts, sizes, largest, busbw, avg):
+    run = _frames(folder, "all_reduce_perf.txt")["nccl_test_runs"].row(0, named=True)
+    assert (run["ranks"], run["hosts"], run["sizes"]) == (ranks, hosts, sizes)
+    assert (run["max_size_bytes"], run["max_size_busbw_gbs"], run["avg_busbw_gbs"]) == (largest, busbw, avg)
+
+
+def test_nccl_tests_devices_in_three_header_formats():
+    new = _frames("nccltests_a3mega_2node_h100", "all_reduce_perf.txt")["nccl_test_devices"].row(15, named=True)
+    assert (new["rank"], new["pid"], new["host"], new["device"], new["bus_id"]) == (15, 6740, "ztan-mig-gq73", 7, "0000:8c:00")
+    old = _frames("nccltests_5_old_format_cuda_error", "all_reduce_perf.txt")["nccl_test_devices"].row(0, named=True)
+    assert (old["rank"], old["pid"], old["host"], old["gpu_model"]) == (0, None, "node03", "Tesla P100-PCIE-16GB")
+
+
+@pytest.mark.parametrize(
+    ("folder", "ca", "state", "physical", "rate"),
+    [
+        ("ibstat_gpud482_down_polling", "mlx5_10", "Down", "Polling", 10.0),
+        ("ibstat_gpud99_down_disabled", "mlx5_8", "Down", "Disabled", None),
+        ("ibstat_netop249_down_linkup", "mlx5_7", "Down", "LinkUp", 200.0),
+        ("ibstat_gpud752_active_linkup", "mlx5_7", "Active", "LinkUp", 200.0),
+    ],
+)
+def test_ibstat_ports_take_their_host_from_the_folder(folder, ca, state, physical, rate):
+    port = _frames(folder, "ibstat.txt", as_path="node-b/ibstat.txt")["ib_ports"].row(0, named=True)
+    assert (port["host"], port["ca"], port["port"], port["state"], port["physical_state"], port["rate_gbps"]) == (
+        "node-b",
+        ca,
+        1,
+        state,
+        physical,
+        rate,
+    )
+    assert port["text"].strip().startswith("State:")
+
+
+def test_a_port_down_on_one_host_names_that_host_though_the_errors_come_from_every_host(tmp_path):
+    """NVIDIA/nccl-tests#252 as posted (IB completion errors logged on kolyoz2, proxy errors on
+    kolyoz1) with a real ibstat of a port down saved under kolyoz1/: the host is kolyoz1."""
+    shutil.copy(next(PUBLIC.glob("nccl_tests_252_*")) / "console.log", tmp_path / "console.log")
+    (tmp_path / "kolyoz1").mkdir()
+    shutil.copy(FORMATS / "ibstat_gpud482_down_polling" / "ibstat.txt", tmp_path / "kolyoz1" / "ibstat.txt")
+    analysis = analyze(tmp_path)
+    assert (analysis.verdict.category, analysis.verdict.culprit_hosts) == ("NETWORK", ["kolyoz1"])
+    cited = [e["pattern"] for e in analysis.verdict.hypotheses[0].evidence]
+    assert "FABRIC001" in cited
+    section = render_cluster(analysis.incident.tables)
+    assert "| kolyoz1 | mlx5\\_10 | 1 | Down | Polling | 10 Gb/s | `kolyoz1/ibstat.txt:9` |" in section
+
+
+def test_an_active_port_is_no_finding_and_without_the_port_the_host_is_the_one_that_logged(tmp_path):
+    shutil.copy(next(PUBLIC.glob("nccl_tests_252_*")) / "console.log", tmp_path / "console.log")
+    (tmp_path / "kolyoz1").mkdir()
+    shutil.copy(FORMATS / "ibstat_gpud752_active_linkup" / "ibstat.txt", tmp_path / "kolyoz1" / "ibstat.txt")
+    analysis = analyze(tmp_path)
+    assert "FABRIC001" not in analysis.incident.findings["pattern"].to_list()
+    assert analysis.verdict.culprit_hosts == ["kolyoz2"]
