@@ -205,8 +205,10 @@ def build_hypotheses(
     leading = failures.filter(pl.col("role").is_in(["initiating", "symptom"]))
     t0 = leading["order_time"].min() if not leading.is_empty() else None
 
-    # Ranks the job had at least: those that left lines, and every rank below the highest seen.
-    ranks_seen = int(lines["rank"].max()) + 1 if not lines.is_empty() and lines["rank"].max() is not None else 0
+    # Ranks the job had at least: every rank below the highest that left a line or that a finding
+    # names (a stall report naming ranks 25-115 shows a job of at least 116).
+    highest = [frame["rank"].max() for frame in (lines, failures) if not frame.is_empty()]
+    ranks_seen = max((int(r) + 1 for r in highest if r is not None), default=0)
     hypotheses = []
     for (category,), group in failures.group_by("category", maintain_order=True):
         best_role = max(ROLE_WEIGHT.get(r, 0) for r in group["role"].unique())

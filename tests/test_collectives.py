@@ -293,6 +293,15 @@ def test_one_report_line_naming_two_ranks_blames_both_through_the_pipeline(tmp_p
     assert verdict.culprit_ranks == [1, 5]
 
 
+def test_six_ranks_named_missing_in_a_job_of_at_least_116_are_culprits_not_a_job_wide_cause(tmp_path):
+    """horovod/horovod#373 as posted: no line carries a rank, the report names 6 of 116+ ranks."""
+    (tmp_path / "console.log").write_text(
+        "Loss_Optimization/DistributedLazyAdamOptimizer_Allreduce/HorovodAllgather_Loss_Optimization_gradients_concat_0 [missing ranks: 25, 27, 60, 67, 103, 115]"
+        + "\n"
+    )
+    assert analyze(tmp_path).verdict.culprit_ranks == [25, 27, 60, 67, 103, 115]
+
+
 def test_a_horovod_stall_report_blames_the_missing_rank_not_the_reporter():
     lines = _lines(HOROVOD_OLD[:2], rank=0)
     result = localize_hang(parse_collectives(lines), None, pl.DataFrame(schema={"nranks": pl.Int32}), [0], None, lines=lines)
