@@ -162,6 +162,12 @@ def test_a_rank_that_left_no_flight_recorder_dump_while_the_others_wait_is_the_c
     assert result.tables["fr_mismatches"].select("seq", "problem", "ranks", "expected").rows() == [(seq, "no_dump", "3", op)]
 
 
+def test_dumps_missing_from_most_of_a_group_were_not_collected_and_name_nobody(tmp_path):
+    shutil.copy(INCIDENTS / "hang_flight_recorder" / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_0")
+    shutil.copy(INCIDENTS / "hang_flight_recorder" / "nccl_trace_rank_1", tmp_path / "nccl_trace_rank_1")
+    assert "no_dump" not in run(tmp_path).tables["fr_mismatches"]["problem"].to_list()  # 2 of 4 dumped
+
+
 def test_every_rank_dumped_so_no_rank_is_missing_a_dump():
     result = run(INCIDENTS / "gloo_flight_recorder")
     assert "no_dump" not in result.tables["fr_mismatches"]["problem"].to_list()

@@ -277,7 +277,8 @@ def _fr_analysis(fr_entries: pl.DataFrame) -> pl.DataFrame:
 
 def _fr_no_dump(fr_entries: pl.DataFrame, fr_pg_status: pl.DataFrame) -> pl.DataFrame:
     """Members of a PG (its pg_config ranks) that left no dump while every rank that did dump
-    waits in a collective it never completed: the dump set's missing ranks are the suspects."""
+    waits in a collective it never completed: the dump set's missing ranks are the suspects,
+    while they are fewer than the ranks that dumped."""
     dumped = set(fr_entries["rank"].drop_nulls().to_list())
     configs = fr_pg_status["pg_ranks"].drop_nulls().to_list()
     world = max(configs, key=lambda ranks: len(re.findall(r"\d+", ranks)), default=None)
@@ -298,7 +299,9 @@ def _fr_no_dump(fr_entries: pl.DataFrame, fr_pg_status: pl.DataFrame) -> pl.Data
         newest = fr_entries.filter(pl.col("pg_name") == pg).sort("collective_seq_id").group_by("rank").last()
         unfinished = set(newest.filter(pl.col("state") != "completed")["rank"].to_list())
         waiting = group.filter((pl.col("last_completed").fill_null(-1) < pl.col("last_enqueued")) | pl.col("rank").is_in(unfinished))
-        if not absent or waiting.height < group.height:
+        # Suspects only while the dumps are most of the group: with most dumps missing, they were
+        # not collected, and naming thousands of ranks says nothing.
+        if not absent or len(absent) >= len(members & dumped) or waiting.height < group.height:
             continue
         seq = int(newest["collective_seq_id"].min()) if unfinished else int(waiting["last_completed"].fill_null(-1).min()) + 1
         ops = fr_entries.filter((pl.col("pg_name") == pg) & (pl.col("collective_seq_id") == seq))["op"]
