@@ -60,3 +60,10 @@ def test_the_postmortem_states_the_work_lost(tmp_path):
     report = (tmp_path / "out" / "postmortem.md").read_text()
     line = next(row for row in report.splitlines() if row.startswith("- **Work lost:**"))
     assert "`console.log:2` at step 400; 200 steps since then" in line and "`console.log:7`" in line
+
+
+def test_a_failure_time_that_is_no_time_costs_only_the_time_lost():
+    lines = conform(pl.DataFrame({"file": "r.log", "line": [1, 2], "text": ["step 1 loss 2.0", "step 2 loss 1.9"]}), LINES)
+    failure = {"file": "r.log", "line": 3, "time": "not a time", "time_after": "9999-12-31T23:59:59Z"}
+    lost = work_lost(empty(FINDINGS), extract_metrics(lines), failure)
+    assert (lost["last_step"], lost["seconds_lost"]) == (2, None)

@@ -23,6 +23,7 @@ STEP_IN_CAPTURES = ("iteration", "step")
 # `at iteration 600`, `step_10`, `global_step1500`, `@ 1200 updates`, HF's `checkpoint-500` (a step; fairseq's
 # `checkpoint2.pt` is an epoch and is not read).
 STEP_IN_TEXT = r"(?i)(?:\b(?:iteration|iter|step|global_step)[\s_=:-]*0*(\d+)|\b(\d+) updates\b|\bcheckpoint-0*(\d+))"
+LAST_SECOND = datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1)
 WRITTEN = r"(?i)\b(?:saved|finished|wrote|written|ready|successfully|committed|completed?|done)\b"
 
 
@@ -31,7 +32,10 @@ def work_lost(findings: pl.DataFrame, metrics: pl.DataFrame, failure: dict[str, 
     if failure is None:
         return None
     exact, after = _utc(failure.get("time")), _utc(failure.get("time_after"))
-    bound = {**failure, "time": exact or (after + timedelta(seconds=1) if after else None)}  # ISO text drops the fraction
+    bound = {
+        **failure,
+        "time": exact or (after + timedelta(seconds=1) if after and after < LAST_SECOND else after),
+    }  # ISO drops the fraction
     progress = _before(metrics.filter(pl.col("step").is_not_null()), bound)
     saves = _written(_before(findings.filter((pl.col("category") == "CHECKPOINT_IO") & (pl.col("role") == "event")), bound), progress)
     written = saves.filter(pl.col("written"))
@@ -96,5 +100,8 @@ def _step_of(save: dict[str, Any], progress: pl.DataFrame) -> int | None:
 
 
 def _utc(iso: str | None) -> datetime | None:
-    """verdict's `2026-01-01T12:30:59Z` -> an aware datetime."""
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(UTC) if iso else None
+    """verdict's `2026-01-01T12:30:59Z` -> an aware datetime; None for none or for text that is not one."""
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(UTC) if iso else None
+    except (ValueError, OverflowError):
+        return None
