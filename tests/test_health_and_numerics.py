@@ -44,6 +44,20 @@ def test_a_run_still_stepping_at_the_end_of_its_log_is_proof_of_progress():
     assert proofs["line"].to_list() == [3]
 
 
+HF_BAR = [  # hiyouga/LlamaFactory#8939: the Trainer's bar after checkpoint-100 was saved
+    " 84%|████████▍ | 101/120 [01:07<03:28, 10.97s/it]",
+    " 85%|████████▌ | 102/120 [01:07<02:18,  7.71s/it]",
+    " 86%|████████▌ | 103/120 [01:08<01:33,  5.50s/it]",
+]
+
+
+def test_a_training_bar_still_advancing_at_the_end_is_progress_and_a_stuck_bar_is_not():
+    lines = lines_frame(HF_BAR)
+    assert health_proofs(lines, extract_metrics(lines), NO_FINDINGS)["kind"].to_list() == ["progressing"]
+    stuck = lines_frame([HF_BAR[0]] * 3)
+    assert health_proofs(stuck, extract_metrics(stuck), NO_FINDINGS).is_empty()
+
+
 def test_a_log_cut_mid_line_is_an_abrupt_stop_and_no_proof():
     lines = lines_frame(NANOGPT)
     stops = abrupt_stops(_inputs("rank_0.log", cut=True), lines, extract_metrics(lines), NO_FINDINGS)

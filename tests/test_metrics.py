@@ -193,6 +193,16 @@ SAMPLES = [
         None,
         id="mmcv-iter",
     ),
+    pytest.param(" 84%|████████▍ | 101/120 [01:07<03:28, 10.97s/it]", 101, None, None, 10.97, None, id="hf-trainer-bar"),
+    pytest.param(
+        "Epoch 0:   0%|          | 2/351750 [00:04<204:24:55,  2.09s/it, loss=11, v_num=9-02, reduced_t",
+        2,
+        11.0,
+        None,
+        2.09,
+        None,
+        id="lightning-bar",
+    ),
 ]
 
 
@@ -220,6 +230,8 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
         "[rank0]:[titan] 2025-03-12 11:10:21,603 - root - WARNING - Dataset c4_test is being re-looped",
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.2 GiB is free. Of the allocated memory 76.5 GiB is allocated by PyTorch, and 1.1 GiB is reserved by PyTorch but unallocated.",
         "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
+        # A bar that counts something other than training steps is not a step.
+        "Loading checkpoint shards: 100%|██████████| 61/61 [05:45<00:00,  5.66s/it]",
     ],
 )
 def test_lines_without_a_known_measure_give_no_row(text):

@@ -18,6 +18,13 @@ from forensics.schema import METRICS, conform, empty
 
 NUMBER = r"([-+]?(?:\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|-?inf)))"
 
+# A training loop's tqdm bar: HF Trainer's bare ` 84%|████▍ | 101/120 [01:07<03:28, 10.97s/it]`,
+# Lightning's `Epoch 3:`, sd-scripts' `steps:`. Bars with any other label (`Loading checkpoint
+# shards:`, `Map:`, `caching latents`) count something other than training steps.
+TRAINING_BAR = (
+    r"^\s*(?:\[\w+\]:\s*|\d+:\s*)*(?:(?:Epoch \d+|steps|Training|train)\s*:\s*)?\d{1,3}%\|[^|]*\|\s*(\d+)/\d+\s*"
+    r"\[[\d:]+<[\d:?]+,\s*[\d.?]+\s*(?:s/it|it/s)"
+)
 STEP = [
     r"\biteration\s+(\d+)\s*/",  # Megatron, NeMo 2
     r"\bglobal_step[=:]\s*(\d+(?:\.\d+)?(?:e\+\d+)?)",  # Lightning / NeMo bar (may be 3.2e+4)
@@ -27,6 +34,7 @@ STEP = [
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))? ?\[\d+\]\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
+    TRAINING_BAR,
 ]
 LOSS = [
     r"\blm loss:\s*" + NUMBER,
