@@ -203,6 +203,15 @@ SAMPLES = [
         None,
         id="lightning-bar",
     ),
+    pytest.param(
+        "tick 7     kimg 140.0    time 9h 40m 06s   sec/tick 5004.8  sec/kimg 250.24  maintenance 8.4    cpumem 1.37   gpumem 11.09  reserved 20.27  augment 0.984",
+        7,
+        None,
+        None,
+        None,
+        None,
+        id="stylegan-tick",
+    ),
 ]
 
 

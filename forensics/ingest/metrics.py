@@ -34,6 +34,7 @@ STEP = [
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))? ?\[\d+\]\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
+    r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
     TRAINING_BAR,
 ]
 LOSS = [
@@ -102,7 +103,7 @@ MEMORY_RESERVED = [
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 # Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
 GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
-CANDIDATE = r"(?i)iter|step|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch"
+CANDIDATE = r"(?i)iter|step|tick|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch"
 
 
 def _first(patterns: list[str]) -> pl.Expr:
