@@ -10,6 +10,7 @@ from forensics.ingest.kernel_log import parse_kernel_log
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.gpu_health import analyze_gpu_health
 from forensics.schema import FINDINGS, LINES, conform
+from tests.gpu_samples import CSV_465, H100_Q, OLD_Q
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
 INIT = re.compile(
@@ -162,3 +163,42 @@ def test_figures_one_png_per_host(tmp_path):
     assert [p.name for p in paths] == ["gpu_node-c.png"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert render_gpu_figures(samples.head(0), None, tmp_path) == []
+
+
+def _patterns(samples: pl.DataFrame) -> dict[str, dict]:
+    findings = analyze_gpu_health(samples, None).findings
+    return {row["pattern"]: row for row in findings.iter_rows(named=True)}
+
+
+def test_a_gpu_past_its_own_slowdown_temperature_is_a_hardware_fault_in_either_driver_generation():
+    # Older drivers print the threshold: 86 C current against an 82 C slowdown.
+    old = _patterns(parse_nvidia_smi_query(OLD_Q, "nvidia-smi-q.txt", "node-a")[0])
+    assert old["GPU-AT-SLOWDOWN-TEMP"]["severity"] == "error"
+    assert json.loads(old["GPU-AT-SLOWDOWN-TEMP"]["captures"])["headroom_c"] == -4
+    # Newer drivers print headroom: 26 C left against a -2 C slowdown margin is healthy...
+    assert "GPU-AT-SLOWDOWN-TEMP" not in _patterns(parse_nvidia_smi_query(H100_Q, "nvidia-smi-q.txt", "node-a")[0])
+    # ...and 3 C past the limit is not.
+    past = H100_Q.replace("GPU T.Limit Temp                               : 26 C", "GPU T.Limit Temp                               : -3 C")
+    assert "GPU-AT-SLOWDOWN-TEMP" in _patterns(parse_nvidia_smi_query(past, "nvidia-smi-q.txt", "node-a")[0])
+
+
+def test_a_hot_gpu_without_a_threshold_of_its_own_is_only_a_warning():
+    samples = parse_gpu_csv(CSV_465, "gpu.csv", "node-a")[0]  # 41 C idle, then 88 C at full load
+    found = _patterns(samples)
+    assert found["GPU-HOT"]["severity"] == "warning" and json.loads(found["GPU-HOT"]["captures"])["temperature_c"] == 88
+    assert "GPU-AT-SLOWDOWN-TEMP" not in found
+
+
+def test_corrected_ecc_that_climbs_between_samples_is_a_warning_and_a_steady_count_is_not():
+    def dump(stamp: str, corrected: int) -> str:
+        text = H100_Q.replace("Tue Jul 14 08:12:53 2026", stamp)
+        return text.replace(
+            "            DRAM Correctable                           : 0",
+            f"            DRAM Correctable                           : {corrected}",
+            1,
+        )
+
+    climbing = parse_nvidia_smi_query(dump("Tue Jul 14 08:12:53 2026", 0) + dump("Tue Jul 14 09:12:53 2026", 37), "q.txt", "node-a")[0]
+    assert json.loads(_patterns(climbing)["GPU-ECC-CORRECTED-RISING"]["captures"])["after"] == 37
+    steady = parse_nvidia_smi_query(dump("Tue Jul 14 08:12:53 2026", 5) + dump("Tue Jul 14 09:12:53 2026", 5), "q.txt", "node-a")[0]
+    assert "GPU-ECC-CORRECTED-RISING" not in _patterns(steady)

@@ -32,6 +32,9 @@ GPU_SAMPLES: dict[str, pl.DataType] = {
     "time": TIME,  # null where the mode prints none (dmon without -o T)
     "source": pl.String,  # InputKind of the file
     "temperature_c": pl.Float64,
+    # degrees left before the GPU's own slowdown threshold (-q: `GPU Slowdown Temp` minus the
+    # current temperature; newer drivers: `GPU T.Limit Temp` minus `GPU Slowdown T.Limit Temp`)
+    "thermal_headroom_c": pl.Float64,
     "power_draw_w": pl.Float64,
     "power_limit_w": pl.Float64,
     "sm_util_pct": pl.Float64,
@@ -218,6 +221,9 @@ def _q_fields() -> dict[str, str]:
         "product name": "name",
         "gpu uuid": "uuid",
         "temperature/gpu current temp": "temperature_c",
+        "temperature/gpu slowdown temp": "slowdown_temp",
+        "temperature/gpu t.limit temp": "tlimit_headroom",
+        "temperature/gpu slowdown t.limit temp": "slowdown_tlimit",
         "power readings/power draw": "power_draw",
         "gpu power readings/power draw": "power_draw",
         "power readings/average power draw": "power_avg",
@@ -358,6 +364,10 @@ def _q_samples(wide: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
         time=line_time(pl.col("stamp").fill_null(""), 1970),
         source=pl.lit(InputKind.NVIDIA_SMI_QUERY.value),
         temperature_c=_number(_col(wide, "temperature_c")),
+        thermal_headroom_c=pl.coalesce(
+            _number(_col(wide, "slowdown_temp")) - _number(_col(wide, "temperature_c")),
+            _number(_col(wide, "tlimit_headroom")) - _number(_col(wide, "slowdown_tlimit")),
+        ),
         power_draw_w=draw,
         power_limit_w=limit,
         sm_util_pct=_number(_col(wide, "sm_util_pct")),

@@ -18,6 +18,11 @@ Notes:
     median step time inside the throttle window is >= 1.1x the other ranks' median
     in the same window. Utilization imbalance: a GPU whose mean SM utilization is
     below half the host median while that median is >= 50%.
+    Heat: a GPU with no headroom left before its own slowdown threshold (nvidia-smi -q)
+    is hot enough to throttle (error); where the threshold is not printed, a GPU at
+    HOT_TEMP_C or above is a warning (data-center GPUs slow down near 85-90 °C).
+    Corrected ECC errors that climb between samples of one GPU are a warning: the
+    memory is being repaired as it goes, and an uncorrectable error often follows.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ THROTTLE_CLASSES = {
     ),
 }
 POWER_CAP_CLOCK_DEFICIT = 0.10
+HOT_TEMP_C = 85.0
 STRAGGLER_SLOWDOWN = 1.1
 
 
@@ -79,6 +85,7 @@ def analyze_gpu_health(
     rows += _memory_findings(samples)
     throttles = _throttle_findings(samples)
     rows += throttles
+    rows += _heat_findings(samples)
     rows += _missing_gpu_findings(samples)
     rows += _imbalance_findings(samples)
     findings = _frame(rows)
@@ -313,6 +320,25 @@ def _memory_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
         )
         .filter(pl.col("ecc_uncorrected_aggregate") > pl.col("first"))
     )
+    corrected = (
+        ordered.filter(pl.col("ecc_corrected_volatile").is_not_null())
+        .group_by(key, maintain_order=True)
+        .agg(pl.all().last(), first=pl.col("ecc_corrected_volatile").first())
+        .filter(pl.col("ecc_corrected_volatile") > pl.col("first"))
+    )
+    for row in corrected.iter_rows(named=True):
+        rows.append(
+            _finding(
+                "GPU-ECC-CORRECTED-RISING",
+                "Corrected ECC errors climbing during the run",
+                Category.HARDWARE,
+                Severity.WARNING,
+                Role.SYMPTOM,
+                _sample_row(row),
+                before=row["first"],
+                after=row["ecc_corrected_volatile"],
+            )
+        )
     for row in rising.iter_rows(named=True):
         rows.append(
             _finding(
@@ -395,6 +421,41 @@ def _throttle_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
                     temperature_max_c=row["temp_max"],
                 )
             )
+    return rows
+
+
+def _heat_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per GPU, its first sample with no thermal headroom left, else its first at HOT_TEMP_C or more."""
+    key = ["host", "pci_bus_id", "gpu"]
+    ordered = samples.sort("time", "line", nulls_last=True)
+    no_headroom = pl.col("thermal_headroom_c") <= 0
+    checks = [
+        (no_headroom, "GPU-AT-SLOWDOWN-TEMP", "GPU at its own slowdown temperature", Severity.ERROR, Role.INITIATING),
+        (
+            pl.col("thermal_headroom_c").is_null() & (pl.col("temperature_c") >= HOT_TEMP_C),
+            "GPU-HOT",
+            "GPU running hot",
+            Severity.WARNING,
+            Role.SYMPTOM,
+        ),
+    ]
+    rows = []
+    for condition, pattern, title, severity, role in checks:
+        hits = ordered.filter(condition).group_by(key, maintain_order=True).agg(pl.all().first(), samples=pl.len())
+        rows += [
+            _finding(
+                pattern,
+                f"{title} ({row['temperature_c']:g} °C)" if row["temperature_c"] is not None else title,
+                Category.HARDWARE,
+                severity,
+                role,
+                _sample_row(row),
+                temperature_c=row["temperature_c"],
+                headroom_c=row["thermal_headroom_c"],
+                samples=row["samples"],
+            )  # fmt: skip
+            for row in hits.iter_rows(named=True)
+        ]
     return rows
 
 
