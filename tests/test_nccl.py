@@ -99,6 +99,35 @@ def test_transports_and_interfaces(parsed):
     assert "eth0:10.0.1.9" in interfaces.filter(pl.col("kind") == "bootstrap")["interface"].to_list()
 
 
+CONFIGURED = [  # public nccl-tests and training logs: environment overrides and the channels NCCL built
+    "tpgds-aihub0007:196837:196837 [7] NCCL INFO NCCL_PROTO set by environment to Simple",
+    "tpgds-aihub0007:196837:196837 [7] NCCL INFO NCCL_ALGO set by environment to Ring",
+    "tpgds-aihub0007:196837:196837 [7] NCCL INFO 4 coll channels, 4 collnet channels, 0 nvls channels, 4 p2p channels, 1 p2p channels per peer",
+    "gpu-dev-dc07a789:1799:1799 [3] NCCL INFO NCCL_ALGO set by environment to ring,tree",
+    "gpu-dev-dc07a789:1799:1799 [3] NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+    "host-2:38610:38610 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to enp179s0f0",
+    "4c217144f0b1:113168:113179 [0] NCCL INFO Using network IB",
+]
+
+
+def test_configuration_per_process_with_the_line_that_set_it():
+    config = parse_nccl(lines_of(CONFIGURED))["nccl_config"]
+    got = {(row["host"], row["key"]): (row["value"], row["line"]) for row in config.iter_rows(named=True)}
+    assert got == {
+        ("tpgds-aihub0007", "NCCL_PROTO"): ("Simple", 1),
+        ("tpgds-aihub0007", "NCCL_ALGO"): ("Ring", 2),
+        ("tpgds-aihub0007", "coll channels"): ("4", 3),
+        ("tpgds-aihub0007", "nvls channels"): ("0", 3),
+        ("tpgds-aihub0007", "p2p channels"): ("4", 3),
+        ("gpu-dev-dc07a789", "NCCL_ALGO"): ("ring,tree", 4),
+        ("gpu-dev-dc07a789", "coll channels"): ("24", 5),
+        ("gpu-dev-dc07a789", "nvls channels"): ("16", 5),
+        ("gpu-dev-dc07a789", "p2p channels"): ("32", 5),
+        ("host-2", "NCCL_SOCKET_IFNAME"): ("enp179s0f0", 6),
+        ("4c217144f0b1", "network"): ("IB", 7),
+    }
+
+
 def test_gdrdma_counts_as_a_transport():
     text = "hgx-001:30117:30178 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA"
     assert set(parse_nccl(lines_of([text]))["nccl_transports"]["transport"]) == {"NET/IB", "GDRDMA"}

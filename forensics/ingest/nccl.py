@@ -11,6 +11,10 @@ found anywhere in the line, never anchored at `^`.
   nccl_versions  NCCL and CUDA versions per process
   nccl_transports which transports (NET/IB, P2P/IPC, SHM, NVLS, GDRDMA, ...) a process used
   nccl_interfaces network devices and bootstrap interfaces per process
+  nccl_config    what a process was configured with: each `NCCL_X set by environment to V`,
+                 the network it chose (`Using network IB`) and its channel counts
+                 (`24 coll channels, ... 16 nvls channels, 32 p2p channels, ...`), one row
+                 per (process, key) with the line that said it
   nccl_warns     WARN records classified (ib_completion, socket, cuda_failure, ...) and
                  tied to a global rank through the topology (host+pid -> rank)
 """
@@ -80,6 +84,24 @@ NCCL_INTERFACES: dict[str, pl.DataType] = {
     "kind": pl.String,  # ib | socket | bootstrap | network
     "interface": pl.String,
 }
+
+NCCL_CONFIG: dict[str, pl.DataType] = {
+    "file": pl.String,
+    "line": pl.Int64,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "rank": pl.Int32,
+    "key": pl.String,  # NCCL_ALGO ... | network | coll channels | nvls channels | p2p channels
+    "value": pl.String,
+}
+# The settings NCCL reports once per communicator, as (key, value) regexes over the message.
+CONFIG = [
+    r"^(?P<key>NCCL_\w+) set by environment to (?P<value>.*?)\s*$",
+    r"^Using (?P<key>network) (?P<value>.+?)\s*$",
+    r"^(?P<value>\d+) (?P<key>coll channels),",
+    r"(?:, |^)(?P<value>\d+) (?P<key>nvls channels),",
+    r", (?P<value>\d+) (?P<key>p2p channels),",
+]
 
 NCCL_WARNS: dict[str, pl.DataType] = {
     "file": pl.String,
@@ -275,6 +297,19 @@ def _interfaces(rec: pl.DataFrame) -> pl.DataFrame:
     return conform(out, NCCL_INTERFACES)
 
 
+def _config(rec: pl.DataFrame) -> pl.DataFrame:
+    """NCCL_CONFIG rows: one per (process, key), its last value (a later communicator may change it)."""
+    info = rec.filter((pl.col("level") == "INFO") & pl.col("msg").str.contains("set by environment|Using network|coll channels"))
+    parts = [
+        info.with_columns(kv=pl.col("msg").str.extract_groups(pattern))
+        .filter(pl.col("kv").struct.field("key").is_not_null())
+        .select("file", "line", "host", "pid", "rank", key=pl.col("kv").struct.field("key"), value=pl.col("kv").struct.field("value"))
+        for pattern in CONFIG
+    ]
+    found = pl.concat(parts).sort("file", "line").unique(["host", "pid", "key"], keep="last", maintain_order=True)
+    return conform(found, NCCL_CONFIG)
+
+
 def _warn_kind(msg: pl.Expr) -> pl.Expr:
     expr = pl.lit("other")
     for kind, pattern in reversed(WARN_KINDS):
@@ -313,6 +348,7 @@ def parse_nccl(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     names = {
         "nccl_lines": NCCL_LINES, "nccl_topology": NCCL_TOPOLOGY, "nccl_versions": NCCL_VERSIONS,
         "nccl_transports": NCCL_TRANSPORTS, "nccl_interfaces": NCCL_INTERFACES, "nccl_warns": NCCL_WARNS,
+        "nccl_config": NCCL_CONFIG,
     }  # fmt: skip
     if lines.is_empty():
         return {name: empty(schema) for name, schema in names.items()}
@@ -328,4 +364,5 @@ def parse_nccl(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         "nccl_transports": _transports(rec),
         "nccl_interfaces": _interfaces(rec),
         "nccl_warns": _warns(rec, ranks),
+        "nccl_config": _config(rec),
     }
