@@ -49,6 +49,12 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
+class AnalyzeFormat(StrEnum):
+    text = "text"
+    json = "json"
+    html = "html"
+
+
 class Engine(StrEnum):
     local = "local"
     ray = "ray"
@@ -102,8 +108,11 @@ def analyze(
         typer.Option("--out", "-o", help="Output folder (default: ./forensics-report/NAME/, NAME being the folder's or the file's name)."),
     ] = None,
     output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="Also print verdict.json on stdout with 'json'.")
-    ] = OutputFormat.text,
+        AnalyzeFormat,
+        typer.Option(
+            "--format", help="'json': also print verdict.json on stdout; 'html': also write OUT/postmortem.html (self-contained)."
+        ),
+    ] = AnalyzeFormat.text,
     frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
     fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Print where the time went, stage by stage, on stderr.")] = False,
@@ -127,17 +136,18 @@ def analyze(
         raise _fail(str(exc)) from None
     try:
         with timed(analysis.incident, "report"):
-            write_report(analysis, target, frames=frames)
+            write_report(analysis, target, frames=frames, html=output_format == AnalyzeFormat.html)
     except OSError as exc:
         raise _fail(f"cannot write to {target}: {exc.strerror or exc}") from None
     if timings:
         _print_timings(analysis.incident.timings)
     verdict = analysis.verdict
-    if output_format == OutputFormat.json:
+    if output_format == AnalyzeFormat.json:
         typer.echo(render_json(analysis), nl=False)
     else:
         typer.echo(f"{verdict.category} ({verdict.state}, confidence {verdict.confidence:.2f}): {inert(verdict.summary)}")
-        typer.echo(f"report: {inert(target / 'postmortem.md')}")
+        report = "postmortem.html" if output_format == AnalyzeFormat.html else "postmortem.md"
+        typer.echo(f"report: {inert(target / report)}")
     if fail_on is not None:
         threshold = SEVERITY_ORDER[fail_on.value]
         severities = analysis.incident.findings.filter(analysis.incident.findings["role"] != "event")["severity"]

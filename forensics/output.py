@@ -1,4 +1,4 @@
-"""Write an analysis to OUT: postmortem.md, verdict.json, figures/, frames/*.parquet.
+"""Write an analysis to OUT: postmortem.md, verdict.json, figures/, postmortem.html, frames/*.parquet.
 
 Only fixed names under OUT are written: nothing derived from input file names or log
 content becomes a path, so no input can direct a write outside OUT. Reports and frames
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from forensics import __version__, sources
 from forensics.analysis import Analysis
+from forensics.report.html import render_html
 from forensics.report.markdown import render_markdown
 from forensics.report.verdict_json import render_json
 from forensics.schema import SCHEMA_VERSION
@@ -30,8 +31,9 @@ FRAMES = ("inputs", "lines", "findings", "metrics", "ranks")
 MANIFEST = ".forensics-written"
 
 
-def write_report(analysis: Analysis, out: Path | str, frames: bool = False) -> list[Path]:
-    """Write postmortem.md, verdict.json, figures/ (and frames/ with `frames`) under `out`; return what was written."""
+def write_report(analysis: Analysis, out: Path | str, frames: bool = False, html: bool = False) -> list[Path]:
+    """Write postmortem.md, verdict.json, figures/ (postmortem.html with `html`, frames/ with
+    `frames`) under `out`; return what was written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous(out)
@@ -42,8 +44,13 @@ def write_report(analysis: Analysis, out: Path | str, frames: bool = False) -> l
         figures += _isolated(analysis, draw.__name__, draw, analysis.incident, figures_dir) or []
     written = [out / "postmortem.md", out / "verdict.json"]
     sections = [text for render in sources.SECTIONS if (text := _isolated(analysis, render.__name__, render, analysis.incident))]
-    _atomic(written[0], lambda tmp: tmp.write_text(render_markdown(analysis, figures, sections), encoding="utf-8"))
+    markdown = render_markdown(analysis, figures, sections)
+    _atomic(written[0], lambda tmp: tmp.write_text(markdown, encoding="utf-8"))
     _atomic(written[1], lambda tmp: tmp.write_text(render_json(analysis), encoding="utf-8"))
+    if html:
+        written.append(out / "postmortem.html")
+        page = render_html(markdown, f"Postmortem: {analysis.incident.root.name}", figures)
+        _atomic(written[-1], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     if frames:
         frames_dir = out / "frames"
         frames_dir.mkdir(exist_ok=True)
