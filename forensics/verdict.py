@@ -21,6 +21,7 @@ Notes:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -148,10 +149,31 @@ def _gpus(rows: pl.DataFrame) -> list[dict[str, Any]]:
     return [dict(r) for r in gpus.iter_rows(named=True)]
 
 
-def _advising(evidence: pl.DataFrame) -> list[str]:
-    """Patterns whose advice applies: the initiating and symptom evidence, never cascades or teardown."""
-    leading = evidence.filter(pl.col("role").is_in(["initiating", "symptom"]))
-    return leading["pattern"].unique(maintain_order=True).to_list()
+def _advising(evidence: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Patterns whose advice applies (the initiating and symptom evidence, never cascades or
+    teardown), each with what its first line captured."""
+    leading = evidence.filter(pl.col("role").is_in(["initiating", "symptom"])).unique("pattern", keep="first", maintain_order=True)
+    return {row["pattern"]: _captured(row["captures"]) for row in leading.select("pattern", "captures").iter_rows(named=True)}
+
+
+def _captured(captures: str | None) -> dict[str, Any]:
+    try:
+        values = json.loads(captures or "{}")
+    except ValueError:
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _filled(fix: str, values: dict[str, Any]) -> str | None:
+    """`fix` with each `{name}` replaced by the captured value, or None when one is missing:
+    advice that names the requested size is given only where the size was read."""
+    names = PLACEHOLDER.findall(fix)
+    if any(values.get(name) in (None, "") for name in names):
+        return None
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), fix)
 
 
 STOP_WORDS = frozenset("a an and at for if in is it its of on or per the then to with".split())
@@ -170,13 +192,14 @@ def _add_new(fixes: list[str], candidates: Iterable[str]) -> None:
             fixes.append(fix)
 
 
-def _fixes(patterns: dict[str, Pattern | Derived], pattern_ids: list[str], playbook: dict[str, Any]) -> dict[str, list[str]]:
+def _fixes(patterns: dict[str, Pattern | Derived], advising: dict[str, dict[str, Any]], playbook: dict[str, Any]) -> dict[str, list[str]]:
     immediate: list[str] = []
     structural: list[str] = []
-    for pid in pattern_ids:
+    for pid, values in advising.items():
         pattern = patterns.get(pid)
         if pattern:
-            _add_new(immediate, pattern.immediate)
+            filled = (_filled(fix, values) for fix in pattern.immediate)
+            _add_new(immediate, (fix for fix in filled if fix))
             _add_new(structural, pattern.structural)
     # The category playbook only fills in where the matched patterns say little.
     if len(immediate) < 3:

@@ -11,6 +11,7 @@ too short to be a useful prefilter, or when it lacks examples of either kind.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,12 @@ def lint_pattern(pattern: Pattern) -> list[Problem]:
             add(f"no literal occurs in match example {example[:60]!r}")
     if not pattern.immediate or not pattern.structural:
         add("needs immediate and structural fixes")
+    groups = set(re.findall(r"\(\?P<(\w+)>", pattern.regex))
+    for fix in pattern.immediate:
+        if unknown := sorted(set(re.findall(r"\{(\w+)\}", fix)) - groups):
+            add(f"fix names {', '.join(unknown)}, which the regex does not capture: {fix[:60]!r}")
+    if all(re.search(r"\{\w+\}", fix) for fix in pattern.immediate):
+        add("every immediate fix names a captured field: add one that always applies")
     return problems
 
 

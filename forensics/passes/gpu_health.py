@@ -36,6 +36,7 @@ from forensics.incident import PassResult
 from forensics.ingest.gpu import GPU_SAMPLES, pci_bus_id
 from forensics.ingest.kernel_log import GPU_EVENTS
 from forensics.schema import FINDINGS, TIME, Category, Role, Severity, conform, empty
+from forensics.xid import xid_catalog
 
 GPU_RANKS: dict[str, pl.DataType] = {
     "host": pl.String,
@@ -230,8 +231,10 @@ def _event_findings(events: pl.DataFrame, samples: pl.DataFrame) -> list[dict[st
         .agg(pl.all().first(), count=pl.len(), last_time=pl.col("time").max())
     )
     rows = []
+    catalog = xid_catalog()
     for ev in firsts.iter_rows(named=True):
         kind, code = ev["kind"], ev["xid"]
+        known = catalog.get(code) if kind == "xid" and code is not None else None
         if kind == "xid":
             pattern, title = f"GPU-XID{code}", f"Xid {code}: {ev['meaning']}"
         elif kind == "sxid":
@@ -258,6 +261,8 @@ def _event_findings(events: pl.DataFrame, samples: pl.DataFrame) -> list[dict[st
                 pid=ev["pid"],
                 process=ev["process"],
                 uuid=ev["uuid"],
+                nvidia_action=known.immediate if known else None,
+                on_training=known.training if known else None,
             )
         )
     return rows
