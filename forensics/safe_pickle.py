@@ -19,7 +19,14 @@ import io
 import pickle
 from typing import Any
 
-MAX_PICKLE_BYTES = 512 << 20  # a 2,000-entry FR ring with stacks is a few MB
+MAX_PICKLE_BYTES = 128 << 20  # a 2,000-entry FR ring with stacks is a few MB; 20,000 about 40
+# Every byte of a pickle can build an object: `}` is a new empty dict (64 bytes), so a 20 MB
+# file of them is 1.3 GB. Each opcode byte that makes a container (or opens one with MARK)
+# is counted, wherever it sits (string bytes count too: an overestimate, never an under-),
+# and a pickle whose containers alone would exceed MAX_CONTAINER_BYTES is not loaded.
+CONTAINER_OPCODES = (b"}", b"]", b")", b"(", b"\x85", b"\x86", b"\x87", b"\x8f")
+CONTAINER_BYTES = 72  # an empty dict, the largest of them
+MAX_CONTAINER_BYTES = 1 << 30
 
 
 class RefusedPickle(pickle.UnpicklingError):
@@ -60,6 +67,9 @@ def load_plain(data: bytes, max_bytes: int = MAX_PICKLE_BYTES) -> tuple[Any | No
     """(object, None) for a plain-data pickle; (None, why) for anything else. Never raises."""
     if len(data) > max_bytes:
         return None, f"pickle is {len(data)} bytes, over the {max_bytes}-byte limit"
+    containers = sum(data.count(opcode) for opcode in CONTAINER_OPCODES)
+    if containers * CONTAINER_BYTES > MAX_CONTAINER_BYTES:
+        return None, f"pickle could build {containers:,} containers, over the {MAX_CONTAINER_BYTES >> 20} MiB memory bound"
     try:
         return _DataOnlyUnpickler(io.BytesIO(data)).load(), None
     except RefusedPickle as exc:

@@ -126,3 +126,28 @@ def test_impossible_trace_times_and_deep_nesting_cost_one_file_at_most(tmp_path)
     result = runner.invoke(app, ["traces", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1].split() == ["0", "0.0", "—", "—", "—", "—"]
+
+
+DUMP_HEAD = b"\x80\x02}(X\x07\x00\x00\x00entries"  # a dict whose first key is `entries`, as a real dump's
+
+
+def _status(analysis, name: str) -> dict:
+    return analysis.incident.inputs.filter(pl.col("path") == name).row(0, named=True)
+
+
+def test_pickle_bombs_are_bounded_before_they_are_built(tmp_path):
+    # 16 M empty dicts in 16 MB would take 1.2 GB: refused from the byte count alone.
+    (tmp_path / "nccl_trace_rank_0").write_bytes(DUMP_HEAD + b"](" + b"}" * 16_000_000 + b"eu.")
+    # One dict referenced 200,000 times (memo): cheap to load, so read, but only a ring's worth of it.
+    (tmp_path / "nccl_trace_rank_1").write_bytes(DUMP_HEAD + b"](}q\x00" + b"h\x00" * 200_000 + b"eu.")
+    # A list nested a million deep: loads without recursion and is no dump entry.
+    (tmp_path / "nccl_trace_rank_2").write_bytes(DUMP_HEAD + b"]" * 1_000_000 + b"a" * 999_999 + b"u.")
+    (tmp_path / "rank_3.log").write_text(OOM)
+    analysis = analyze(tmp_path)
+    assert analysis.verdict.category == "CUDA_OOM"
+    bomb = _status(analysis, "nccl_trace_rank_0")
+    assert bomb["status"] == "skipped" and "containers" in bomb["problem"]
+    memo = _status(analysis, "nccl_trace_rank_1")
+    assert memo["status"] == "partial" and "the newest 100,000 read" in memo["problem"]
+    assert analysis.incident.tables["fr_entries"].filter(pl.col("rank") == 1).height == 100_000
+    assert _status(analysis, "nccl_trace_rank_2")["status"] in {"parsed", "skipped"}

@@ -81,6 +81,8 @@ _RAW_ENTRY: dict[str, pl.DataType] = {
 
 _TRAILING_RANK = re.compile(r"(\d+)$")
 _DUMP_KEYS = (b"pg_config", b"pg_status", b"entries", b"nccl_comm_state")
+# TORCH_NCCL_TRACE_BUFFER_SIZE is a ring of a few thousand entries; more is not a real dump.
+MAX_ENTRIES = 100_000
 
 
 def sniff_flight_recorder(path: str | Path, head: bytes) -> bool:
@@ -153,7 +155,8 @@ def _dtypes(col: str) -> pl.Expr:
 
 
 def entries_frame(dump: dict, file: str, rank: int | None) -> pl.DataFrame:
-    entries = [e for e in dump.get("entries", []) if isinstance(e, dict)]
+    """One FR_ENTRIES row per entry of the dump (its newest MAX_ENTRIES; the caller says when more were cut)."""
+    entries = [e for e in dump.get("entries", [])[-MAX_ENTRIES:] if isinstance(e, dict)]
     if not entries:
         return empty(FR_ENTRIES)
     rows = [{**e, "process_group": list(e["process_group"])} if isinstance(e.get("process_group"), tuple) else e for e in entries]
@@ -237,7 +240,10 @@ def load_flight_recorder(root: Path, paths: list[str]) -> SourceResult:
         frame = entries_frame(dump, rel, rank)
         entries.append(frame)
         status_rows.append(pg_status_frame(dump, rel, rank))
-        note = None if rank is not None else "no rank in the file name; entries kept without a rank"
+        notes = [] if rank is not None else ["no rank in the file name; entries kept without a rank"]
+        if (count := len(dump.get("entries", []))) > MAX_ENTRIES:
+            notes.append(f"{count:,} entries, over the {MAX_ENTRIES:,} a ring buffer holds: the newest {MAX_ENTRIES:,} read")
+        note = "; ".join(notes) or None
         statuses.append(FileStatus(rel, InputStatus.PARSED if note is None else InputStatus.PARTIAL, note, frame.height))
     tables = {
         "fr_entries": pl.concat(entries) if entries else empty(FR_ENTRIES),
