@@ -14,7 +14,7 @@ from forensics.flow import analyze, kept_literals
 from forensics.ingest import condense as c
 from forensics.ingest import rank_logs
 from forensics.ingest.rank_logs import TextFile, read_text_files
-from forensics.ingest.text import read_chunks
+from forensics.ingest.text import read_pieces
 from forensics.output import write_report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "incidents"
@@ -122,7 +122,7 @@ def test_a_huge_file_is_read_in_pieces_and_keeps_a_failure_that_straddles_two(tm
 def test_pieces_end_at_newlines_and_the_last_is_flagged(tmp_path):
     path = tmp_path / "log"
     path.write_bytes(b"a" * 10 + b"\n" + b"b" * 30 + b"\nc\nlast")
-    pieces = list(read_chunks(path, 16))
+    pieces = [(p.data, p.last) for p in read_pieces(path, 16)]
     assert b"".join(data for data, _ in pieces) == path.read_bytes()
     assert [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]
     assert all(data.endswith(b"\n") or last or len(data) >= 16 for data, last in pieces)

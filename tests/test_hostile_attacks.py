@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import zlib
 
 import polars as pl
 import pytest
@@ -151,3 +154,23 @@ def test_pickle_bombs_are_bounded_before_they_are_built(tmp_path):
     assert memo["status"] == "partial" and "the newest 100,000 read" in memo["problem"]
     assert analysis.incident.tables["fr_entries"].filter(pl.col("rank") == 1).height == 100_000
     assert _status(analysis, "nccl_trace_rank_2")["status"] in {"parsed", "skipped"}
+
+
+def test_a_small_archive_that_inflates_to_134_million_lines_is_read_in_bounded_memory(tmp_path):
+    """260 KB of gzip, 256 MB of one-character lines: streamed piece by piece (once 5.5 GB read whole)."""
+    incident = tmp_path / "incident"
+    incident.mkdir()
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    block = b"a\n" * (1 << 20)
+    data = b"".join(compressor.compress(block) for _ in range(128)) + compressor.flush()
+    (incident / "rank_0.log.gz").write_bytes(data)
+    script = (
+        "import resource, sys\n"
+        "from forensics.flow import analyze\n"
+        "status = analyze(sys.argv[1]).incident.inputs.row(0, named=True)\n"
+        "print(status['lines'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(incident)], capture_output=True, text=True, check=True)
+    lines, peak_kib = map(int, done.stdout.split())
+    assert lines == 128 << 20
+    assert peak_kib < 2 << 20  # under 2 GiB

@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 from forensics.ingest.rank_logs import TextFile, read_text_files
-from forensics.ingest.text import decode, looks_binary, read_bytes, read_head
+from forensics.ingest.text import decode, looks_binary, read_bytes, read_head, read_pieces
 from forensics.schema import InputStatus
 
 # A few hundred KB of realistic, compressible log text.
@@ -142,3 +142,43 @@ def test_missing_file_is_skipped_not_raised(tmp_path):
     lines, statuses, _ = read_text_files(tmp_path, [TextFile("gone.log", 0)])
     assert statuses[0].status == InputStatus.SKIPPED and "unreadable" in statuses[0].problem
     assert lines.is_empty()
+
+
+def _whole_and_cut(whole: bytes) -> bytes:
+    return whole[: len(whole) // 2]
+
+
+@pytest.mark.parametrize("compress", [lambda b: b, gzip.compress, zstd], ids=["plain", "gzip", "zstd"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda c: c(BODY),
+        lambda c: c(b"first\n") + c(b"second\n") + c(b"third\n"),
+        lambda c: _whole_and_cut(c(BODY)),
+    ],
+    ids=["whole", "members", "truncated"],
+)
+def test_streamed_pieces_hold_what_a_whole_read_holds(tmp_path, compress, make):
+    path = tmp_path / "rank_3.log"
+    path.write_bytes(make(compress))
+    pieces = list(read_pieces(path, 4096))
+    whole = read_bytes(path)
+    assert b"".join(piece.data for piece in pieces) == whole.data
+    assert pieces[-1].problem == whole.problem and all(piece.problem is None for piece in pieces[:-1])
+    assert [piece.last for piece in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert all(piece.data.endswith(b"\n") for piece in pieces[:-1])
+    assert sum(piece.share for piece in pieces) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("raw", [b"\x1f\x8b" + os.urandom(2000), b"\x28\xb5\x2f\xfd" + os.urandom(2000)], ids=["gzip", "zstd"])
+def test_a_corrupt_stream_ends_its_pieces_with_the_problem(tmp_path, raw):
+    (tmp_path / "bad").write_bytes(raw)
+    pieces = list(read_pieces(tmp_path / "bad", 4096))
+    assert "corrupt" in (pieces[-1].problem or "")
+
+
+def test_streamed_output_stops_at_its_limit_and_says_so(tmp_path):
+    (tmp_path / "big.gz").write_bytes(gzip.compress(BODY))
+    pieces = list(read_pieces(tmp_path / "big.gz", 4096, limit=10_000))
+    assert sum(len(piece.data) for piece in pieces) == 10_000
+    assert "exceeds 10000 bytes" in (pieces[-1].problem or "")

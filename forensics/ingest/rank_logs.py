@@ -26,7 +26,7 @@ import polars as pl
 
 from forensics.incident import FileStatus
 from forensics.ingest.condense import AFTER_HIT, BEFORE_HIT, WORDS_ONLY, Keep, condense, metric_lines_per_file
-from forensics.ingest.text import MAX_STREAMED_BYTES, decode, is_compressed, read_bytes, read_chunks
+from forensics.ingest.text import decode, is_compressed, read_bytes, read_pieces
 from forensics.ingest.timestamps import infer_year, line_time
 from forensics.schema import FINDINGS, LINES, InputStatus, conform, empty
 
@@ -56,7 +56,7 @@ GLUED_PREFIX = r"([^\s:])(\[rank\d+\]:)"
 MIN_HOST_LINES = 3
 # Metric lines the whole incident keeps when its large files are condensed (see condense.py).
 METRIC_LINE_BUDGET = 200_000
-CHUNK_BYTES = 64 << 20  # a larger plain file is read and condensed this much at a time
+CHUNK_BYTES = 16 << 20  # a larger (or compressed) file is read and condensed this much at a time
 CONTEXT_LINES = BEFORE_HIT + AFTER_HIT  # the lines of one piece condensed again with the next
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
@@ -82,7 +82,7 @@ def _file_frame(root: Path, item: TextFile, keep: Keep, metric_lines: int) -> tu
     """One file's physical lines (condensed when large: condense.py) and how reading it went."""
     path = root / item.path
     try:
-        if path.stat().st_size > CHUNK_BYTES and not is_compressed(path):
+        if path.stat().st_size > CHUNK_BYTES or is_compressed(path):
             return _chunked_frame(path, item, keep, metric_lines)
         payload = read_bytes(path)
     except OSError as exc:
@@ -103,29 +103,30 @@ def _file_frame(root: Path, item: TextFile, keep: Keep, metric_lines: int) -> tu
 
 
 def _chunked_frame(path: Path, item: TextFile, keep: Keep, metric_lines: int) -> tuple[pl.DataFrame, FileStatus]:
-    """A huge plain file read and condensed CHUNK_BYTES at a time, so memory holds two pieces.
+    """A large or compressed file read and condensed CHUNK_BYTES at a time, so memory holds
+    two pieces whatever the file inflates to.
 
     Each piece is condensed together with the last lines of the one before it, so a failure
-    near a boundary keeps its context on both sides; lines kept twice are kept once.
+    near a boundary keeps its context on both sides; lines kept twice are kept once. A
+    piece's share of the file's metric-line budget is its share of the file's stored bytes.
     """
-    size = path.stat().st_size
-    kept, replaced, next_line, overlap, last = [], 0, 1, None, b""
-    for data, is_last in read_chunks(path, CHUNK_BYTES):
-        frame, bad = _split(data, next_line)
+    kept, replaced, next_line, overlap, last, problem = [], 0, 1, None, b"", None
+    for piece in read_pieces(path, CHUNK_BYTES):
+        frame, bad = _split(piece.data, next_line)
         replaced += bad
-        share = max(1, metric_lines * len(data) // max(size, 1))
         window = frame if overlap is None else pl.concat([overlap, frame])
-        kept.append(condense(window, keep, share, head=next_line == 1, tail=is_last))
+        kept.append(condense(window, keep, max(1, int(metric_lines * piece.share)), head=next_line == 1, tail=piece.last))
         overlap = _copied(frame.tail(CONTEXT_LINES))
-        last = data[-1:] if data else last
+        last = piece.data[-1:] if piece.data else last
+        problem = piece.problem
         # A line longer than a piece goes on in the next one: it keeps its number there, so every
         # later line keeps the number it has in the file (the quote shows the line's first piece).
         next_line += frame.height - (last != b"\n")
-    problems = [f"file exceeds {MAX_STREAMED_BYTES} bytes; rest not read"] if size > MAX_STREAMED_BYTES else []
+    problems = [problem] if problem else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
     frame = _finish(pl.concat(kept).unique("line", keep="first", maintain_order=True).sort("line"), item)
-    status = InputStatus.PARTIAL if size > MAX_STREAMED_BYTES else InputStatus.PARSED
+    status = InputStatus.PARTIAL if problem else InputStatus.PARSED
     cut = last != b"\n" and status == InputStatus.PARSED
     return frame, FileStatus(item.path, status, "; ".join(problems) or None, next_line - 1, cut, frame.height)
 

@@ -1,8 +1,9 @@
 """Read an input file's bytes safely: decompress, bound, decode. Never raise on content.
 
 Truncated gzip/zstd streams (a job killed mid-write) yield what could be recovered plus
-a problem string; invalid UTF-8 is replaced, not fatal. Files are read whole but under
-a byte cap, so a hostile "log" cannot exhaust memory.
+a problem string; invalid UTF-8 is replaced, not fatal. `read_bytes` reads a file whole
+under a byte cap; `read_pieces` streams a log of any size, compressed or not, in pieces
+of bounded size, so a small archive that inflates to gigabytes costs time, not memory.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import zstandard
 
@@ -20,6 +22,9 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_DECOMPRESSED_BYTES = 4 << 30  # 4 GiB of text per file read whole is already far past any rank log
 MAX_STREAMED_BYTES = 64 << 30  # a plain file read in pieces costs time, not memory: a whole job's console fits
 ZSTD_FEED = 16 << 10
+READ_BLOCK = 1 << 20  # compressed bytes read at a time when streaming
+INFLATE_BLOCK = 4 << 20  # most decompressed bytes one gzip step may produce
+ZSTD_STREAM_FEED = 1 << 10  # zstd input per step when streaming: at most ~32 MB out of it
 
 
 @dataclass(frozen=True)
@@ -101,22 +106,105 @@ def is_compressed(path: Path) -> bool:
         return compression_of(handle.read(4)) is not None
 
 
-def read_chunks(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Iterator[tuple[bytes, bool]]:
-    """A plain file's first `limit` bytes in pieces of about `size` that end at a newline,
-    each with whether it is the last. A line longer than a piece is cut where the piece ends."""
+@dataclass
+class Piece:
+    """Part of a streamed file: its bytes (ending at a newline unless a line is longer than a
+    piece), whether it is the last, the share of the file's stored bytes it came from, and,
+    on the last piece, why the rest could not be read (None when all was read)."""
+
+    data: bytes
+    last: bool
+    share: float
+    problem: str | None = None
+
+
+@dataclass
+class _Stream:
+    problem: str | None = None
+    produced: int = 0
+
+
+def _plain_blocks(handle: BinaryIO, stream: _Stream, limit: int) -> Iterator[bytes]:
+    while block := handle.read(min(READ_BLOCK, limit - stream.produced)):
+        stream.produced += len(block)
+        yield block
+    if stream.produced >= limit and handle.read(1):
+        stream.problem = f"file exceeds {limit} bytes; rest not read"
+
+
+def _gzip_blocks(handle: BinaryIO, stream: _Stream, limit: int) -> Iterator[bytes]:
+    decoder, started, pending = zlib.decompressobj(wbits=31), False, b""
+    while stream.produced < limit:
+        if not pending and not (pending := handle.read(READ_BLOCK)):
+            if started and not decoder.eof:
+                stream.problem = f"truncated gzip stream after {stream.produced} bytes"
+            return
+        started = True
+        try:
+            out = decoder.decompress(pending, min(INFLATE_BLOCK, limit - stream.produced))
+        except zlib.error as exc:
+            stream.problem = f"corrupt gzip data after {stream.produced} bytes ({exc})"
+            return
+        pending = decoder.unconsumed_tail
+        if decoder.eof:  # concatenated members (appended rotations) go on with a fresh decoder
+            pending, decoder, started = decoder.unused_data + pending, zlib.decompressobj(wbits=31), False
+        stream.produced += len(out)
+        yield out
+    if pending or handle.read(1):
+        stream.problem = f"decompressed size exceeds {limit} bytes; rest not read"
+
+
+def _zstd_blocks(handle: BinaryIO, stream: _Stream, limit: int) -> Iterator[bytes]:
+    decoder, started, pending = zstandard.ZstdDecompressor().decompressobj(), False, b""
+    while stream.produced < limit:
+        if not pending and not (pending := handle.read(READ_BLOCK)):
+            if started and not decoder.eof:
+                stream.problem = f"truncated zstd stream after {stream.produced} bytes"
+            return
+        started = True
+        feed, pending = pending[:ZSTD_STREAM_FEED], pending[ZSTD_STREAM_FEED:]
+        try:
+            out = decoder.decompress(feed)
+        except zstandard.ZstdError as exc:
+            stream.problem = f"corrupt zstd data after {stream.produced} bytes ({exc})"
+            return
+        if decoder.eof:  # the next frame, if any, starts in what this one left over
+            pending, decoder, started = decoder.unused_data + pending, zstandard.ZstdDecompressor().decompressobj(), False
+        out = out[: limit - stream.produced]
+        stream.produced += len(out)
+        yield out
+    if pending or handle.read(1):
+        stream.problem = f"decompressed size exceeds {limit} bytes; rest not read"
+
+
+def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Iterator[Piece]:
+    """The file's content (decompressed when gzip or zstd, by magic) in pieces of about `size`
+    bytes ending at a newline, up to `limit` bytes (MAX_DECOMPRESSED_BYTES for a compressed
+    file: inflating takes time even when memory is bounded). A line longer than a piece is
+    cut where the piece ends."""
     with path.open("rb") as handle:
-        total = min(os.fstat(handle.fileno()).st_size, limit)
-        done, carry = 0, b""
-        while True:
-            block = handle.read(min(size, total - done)) if done < total else b""
-            done += len(block)
-            data = carry + block
-            if not block or done >= total:  # the end (or the file shrank while we read it)
-                yield data, True
-                return
+        stored = max(os.fstat(handle.fileno()).st_size, 1)
+        kind = compression_of(handle.read(4))
+        handle.seek(0)
+        stream = _Stream()
+        if kind is None:
+            blocks = _plain_blocks(handle, stream, limit)
+        else:
+            limit = min(limit, MAX_DECOMPRESSED_BYTES)
+            blocks = (_gzip_blocks if kind == "gzip" else _zstd_blocks)(handle, stream, limit)
+        carry, consumed, buffered, held = b"", 0, [], 0
+        for block in blocks:
+            buffered.append(block)
+            held += len(block)
+            if held + len(carry) < size:
+                continue
+            data, buffered, held = carry + b"".join(buffered), [], 0
             cut = data.rfind(b"\n") + 1 or len(data)
             carry = data[cut:]
-            yield data[:cut], False
+            position = handle.tell()
+            yield Piece(data[:cut], False, (position - consumed) / stored)
+            consumed = position
+        yield Piece(carry + b"".join(buffered), True, max(stored - consumed, 0) / stored, stream.problem)
 
 
 def read_head(path: Path, size: int = 64 << 10) -> bytes:
