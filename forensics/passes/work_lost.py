@@ -69,12 +69,13 @@ def _before(rows: pl.DataFrame, failure: dict[str, Any]) -> pl.DataFrame:
 
 def _written(saves: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
     """`written`: the line says the save completed, or its file logged a training step after it."""
-    stepped_after = saves.join(progress.select("file", step_line="line"), on="file").filter(pl.col("step_line") > pl.col("line"))
-    later = stepped_after.select("file", "line").unique()
+    last_step_line = progress.group_by("file").agg(_last_step=pl.col("line").max())
     return (
         saves.with_row_index("_order")
-        .join(later.with_columns(_stepped=pl.lit(True)), on=["file", "line"], how="left")
-        .with_columns(written=pl.col("text").str.contains(WRITTEN).fill_null(False) | pl.col("_stepped").fill_null(False))
+        .join(last_step_line, on="file", how="left")
+        .with_columns(
+            written=pl.col("text").str.contains(WRITTEN).fill_null(False) | (pl.col("_last_step") > pl.col("line")).fill_null(False)
+        )
     )
 
 
