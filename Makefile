@@ -26,7 +26,7 @@ evaluate: $(BIN)/forensics
 	$(BIN)/python fixtures/evaluate.py fixtures/incidents fixtures/public
 
 bench: $(BIN)/forensics
-	$(BIN)/python -m pip install --quiet ".[bench]"
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"  # editable: the bench times this checkout
 	$(BIN)/python benchmarks/scale.py
 
 clean:

@@ -10,6 +10,7 @@ import pytest
 
 from forensics.flow import analyze
 from forensics.ingest.fabric import parse_fabric
+from forensics.ingest.nccl import parse_nccl
 from forensics.report.cluster_section import render_cluster
 from forensics.schema import LINES, conform
 
@@ -91,3 +92,19 @@ def test_an_active_port_is_no_finding_and_without_the_port_the_host_is_the_one_t
     analysis = analyze(tmp_path)
     assert "FABRIC001" not in analysis.incident.findings["pattern"].to_list()
     assert analysis.verdict.culprit_hosts == ["kolyoz2"]
+
+
+def test_the_cluster_section_lists_each_nccl_setting_and_the_processes_that_disagree():
+    lines = [  # two hosts of a public nccl-tests log; the second host's NCCL_ALGO differs
+        "tpgds-aihub0007:196837:196837 [7] NCCL INFO NCCL_PROTO set by environment to Simple",
+        "tpgds-aihub0007:196837:196837 [7] NCCL INFO NCCL_ALGO set by environment to Ring",
+        "tpgds-aihub0007:196836:196836 [6] NCCL INFO NCCL_ALGO set by environment to Ring",
+        "gpu-dev-dc07a789:1799:1799 [3] NCCL INFO NCCL_ALGO set by environment to ring,tree",
+        "4c217144f0b1:113168:113179 [0] NCCL INFO Using network IB",
+    ]
+    frame = conform(pl.DataFrame({"file": "console.log", "line": range(1, len(lines) + 1), "text": lines}), LINES)
+    section = render_cluster(parse_nccl(frame))
+    assert "| NCCL\\_ALGO | Ring | 2 | `console.log:2` |" in section
+    assert "| NCCL\\_ALGO | ring,tree | 1 | `console.log:4` |" in section
+    assert "| network | IB | 1 | `console.log:5` |" in section
+    assert section.index("| NCCL\\_ALGO | Ring |") < section.index("| NCCL\\_ALGO | ring,tree |")

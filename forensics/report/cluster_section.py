@@ -1,7 +1,8 @@
-"""Markdown for the Cluster section: measured bus bandwidth (nccl-tests) and InfiniBand port states.
+"""Markdown for the Cluster section: how NCCL was set up, measured bus bandwidth (nccl-tests)
+and InfiniBand port states.
 
-Rendering only: the `nccl_test_runs` and `ib_ports` tables of ingest.fabric in, markdown out;
-empty when neither was found. Bounded: at most MAX_ROWS rows per table, the rest counted.
+Rendering only: the `nccl_config` table of ingest.nccl and the `nccl_test_runs` and
+`ib_ports` tables of ingest.fabric in, markdown out; empty when none was found. Bounded: at most MAX_ROWS rows per table, the rest counted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ MAX_ROWS = 32
 
 def render_cluster(tables: dict[str, pl.DataFrame]) -> str:
     parts = []
+    setup = _nccl_setup(tables)
+    if not setup.is_empty():
+        parts += ["### NCCL as the processes set it up", _setup(setup)]
     runs = tables.get("nccl_test_runs")
     if runs is not None and not runs.is_empty():
         parts += ["### Bus bandwidth measured by nccl-tests", _runs(runs)]
@@ -22,6 +26,31 @@ def render_cluster(tables: dict[str, pl.DataFrame]) -> str:
     if ports is not None and not ports.is_empty():
         parts += ["### InfiniBand ports", _ports(ports)]
     return "\n\n".join(["## Cluster", *parts]) + "\n" if parts else ""
+
+
+def _nccl_setup(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """(setting, value, processes, file, line): each distinct value of each NCCL setting
+    (environment overrides, the network, channel counts) with how many processes reported it
+    and the first line that did. The version and transports are in the collectives section."""
+    config = tables.get("nccl_config")
+    if config is None or config.is_empty():
+        return pl.DataFrame(schema={"setting": pl.String, "value": pl.String, "processes": pl.UInt32, "file": pl.String, "line": pl.Int64})
+    return (
+        config.sort("file", "line")
+        .group_by(pl.col("key").alias("setting"), "value", maintain_order=True)
+        .agg(pl.struct("host", "pid").n_unique().alias("processes"), pl.col("file").first(), pl.col("line").first())
+        .sort("setting", "processes", descending=[False, True], maintain_order=True)
+    )
+
+
+def _setup(setup: pl.DataFrame) -> str:
+    rows = [
+        (cell(r["setting"]), cell(r["value"]), cell(r["processes"]), where(r["file"], r["line"]))
+        for r in setup.head(MAX_ROWS).iter_rows(named=True)
+    ]
+    note = "Two values for one setting mean the processes did not run alike: compare the hosts that differ."
+    more = f"\n\n… and {plural(setup.height - MAX_ROWS, 'more setting')}." if setup.height > MAX_ROWS else ""
+    return f"{table(['setting', 'value', 'processes', 'first said'], rows)}{more}\n\n{note}"
 
 
 def _gbs(value: float | None) -> str:
