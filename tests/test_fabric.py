@@ -108,3 +108,4 @@ def test_the_cluster_section_lists_each_nccl_setting_and_the_processes_that_disa
     assert "| NCCL\\_ALGO | ring,tree | 1 | `console.log:4` |" in section
     assert "| network | IB | 1 | `console.log:5` |" in section
     assert section.index("| NCCL\\_ALGO | Ring |") < section.index("| NCCL\\_ALGO | ring,tree |")
+    assert "NCCL\\_ALGO differ between them" in section and "NCCL\\_PROTO differ" not in section

@@ -48,9 +48,10 @@ def _setup(setup: pl.DataFrame) -> str:
         (cell(r["setting"]), cell(r["value"]), cell(r["processes"]), where(r["file"], r["line"]))
         for r in setup.head(MAX_ROWS).iter_rows(named=True)
     ]
-    note = "Two values for one setting mean the processes did not run alike: compare the hosts that differ."
     more = f"\n\n… and {plural(setup.height - MAX_ROWS, 'more setting')}." if setup.height > MAX_ROWS else ""
-    return f"{table(['setting', 'value', 'processes', 'first said'], rows)}{more}\n\n{note}"
+    split = setup.filter(pl.col("setting").is_duplicated())["setting"].unique(maintain_order=True).to_list()
+    note = f"\n\nThe processes did not run alike: {cell(', '.join(split))} differ between them." if split else ""
+    return f"{table(['setting', 'value', 'processes', 'first said'], rows)}{more}{note}"
 
 
 def _gbs(value: float | None) -> str:
