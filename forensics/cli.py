@@ -220,11 +220,14 @@ def batch(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, index.parquet, fleet.md.")],
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (local engine).")] = 2,
     engine: Annotated[Engine, typer.Option("--engine", help="'local' process pool or a 'ray' cluster.")] = Engine.local,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds one incident may take (local engine).")] = 900,
+    memory_gb: Annotated[float, typer.Option("--memory-gb", min=0.5, help="Address space one incident may use, GiB (local engine).")] = 8,
+    force: Annotated[bool, typer.Option("--force", help="Redo incidents unchanged since the last run into OUT.")] = False,
     pattern_dirs: PatternDirs = None,
 ) -> None:
     """Analyze every incident under ROOT(s); write per-incident reports and a fleet summary."""
     from forensics.batch.fleet import write_fleet
-    from forensics.batch.run import plan, run_local, run_ray
+    from forensics.batch.run import Limits, plan, run_local, run_ray
 
     missing = [str(r) for r in roots if not r.is_dir()]
     if missing:
@@ -238,7 +241,7 @@ def batch(
             raise _fail("the ray engine needs Ray: pip install 'forensics[ray]'")
         rows = run_ray(work, _progress)
     else:
-        rows = run_local(work, jobs, _progress)
+        rows = run_local(work, jobs, _progress, Limits(timeout, int(memory_gb * (1 << 30))), force)
     index = write_fleet(rows, out)
     failed = index.filter(index["error"].is_not_null()).height
     typer.echo(f"{index.height} incidents ({failed} could not be analyzed): {out / 'fleet.md'}")

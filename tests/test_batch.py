@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
-from forensics.batch.run import find_incidents, incident_id
+from forensics.batch.run import Limits, find_incidents, incident_id, plan, run_local
 from forensics.cli import app
 
 INCIDENTS = Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
@@ -53,3 +53,33 @@ def test_root_without_subfolders_is_one_incident(tmp_path):
 def test_missing_root_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, ["batch", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
+
+
+def _jobs(tmp_path: Path):
+    root = _archive(tmp_path)
+    return plan([root], tmp_path / "out"), root
+
+
+def test_a_second_run_reuses_unchanged_incidents_and_redoes_a_changed_one(tmp_path):
+    jobs, root = _jobs(tmp_path)
+    first = run_local(jobs, 2, lambda _: None)
+    said: list[str] = []
+    assert run_local(jobs, 2, said.append) == first
+    assert said[0] == "2 of 3 incidents unchanged since the last run: reused"
+    assert len(said) == 2 and said[1].startswith("[1/1] empty_incident:")  # a failed incident is tried again
+    (root / "healthy" / "extra.log").write_text("RuntimeError: boom\n")
+    said.clear()
+    rows = {row["id"]: row for row in run_local(jobs, 2, said.append)}
+    assert said[0] == "1 of 3 incidents unchanged since the last run: reused"
+    assert rows["healthy"]["category"] != "NO_FAILURE"
+    said.clear()
+    run_local(jobs, 2, said.append, force=True)
+    assert not any("reused" in line for line in said)
+
+
+def test_an_incident_that_runs_out_of_time_or_memory_is_an_error_row_and_the_batch_goes_on(tmp_path):
+    jobs, _ = _jobs(tmp_path)
+    for limits, error in [(Limits(timeout_s=0.05), "timed out"), (Limits(memory_bytes=32 << 20), "worker")]:
+        rows = run_local(jobs, 2, lambda _: None, limits, force=True)
+        assert [row["id"] for row in rows] == [job.incident_id for job in jobs]
+        assert all(error in (row["error"] or "") for row in rows), rows

@@ -4,18 +4,33 @@ An incident is each immediate subdirectory of a ROOT (how incident archives are 
 `incidents/2024-05-01-job123/`); a ROOT with no subdirectories is itself one incident.
 Workers write each incident's report under OUT/incidents/<id>/ and return a small
 summary row; a failing incident becomes a row with its error, never the end of the
-batch.
+batch. Locally each incident runs in a process of its own (batch/worker.py) under a
+wall-clock timeout and an address-space cap: a segfault, an exhausted memory or a hang is
+that incident's error. Its row is kept next to its report with a fingerprint of its
+files and of the tool; a re-run reuses the rows whose fingerprint still matches.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
+import resource
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from forensics import __version__
+from forensics.catalog.load import default_catalog_dir
+
+ROW_FILE = "batch-row.json"
 
 INDEX_COLUMNS = (
     "id",
@@ -99,19 +114,93 @@ def run_job(job: Job) -> dict[str, Any]:
     return row
 
 
-def run_local(jobs: list[Job], workers: int, progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    if workers <= 1:
-        for n, job in enumerate(jobs, start=1):
-            rows.append(run_job(job))
-            progress(f"[{n}/{len(jobs)}] {job.incident_id}: {rows[-1]['category'] or rows[-1]['error']}")
-        return rows
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_job, job): job for job in jobs}
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 900.0
+    memory_bytes: int = 8 << 30
+
+
+def fingerprint(job: Job) -> str:
+    """The tool's version and catalog, and every file of the incident by path, size and mtime."""
+    digest = hashlib.sha256(f"{__version__}\0".encode())
+    catalogs = [default_catalog_dir(), *job.pattern_dirs]
+    for folder in [job.path, *catalogs]:
+        for base, dirs, files in os.walk(folder):
+            dirs.sort()
+            for name in sorted(files):
+                path = Path(base, name)
+                try:
+                    stat = path.lstat()
+                except OSError:
+                    continue
+                digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _remembered(job: Job, print_: str) -> dict[str, Any] | None:
+    try:
+        saved = json.loads((job.out / job.incident_id / ROW_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("fingerprint") != print_ or not isinstance(saved.get("row"), dict):
+        return None
+    return None if saved["row"].get("error") else saved["row"]  # a failed incident is tried again
+
+
+def _cap(memory_bytes: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    return apply
+
+
+def run_isolated(job: Job, limits: Limits, threads: int) -> dict[str, Any]:
+    """`run_job` in a child process under `limits`; an incident that kills its process, runs out
+    of memory or time becomes a row with that error."""
+    row: dict[str, Any] = {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
+    spec = {"incident_id": job.incident_id, "path": str(job.path), "out": str(job.out), "pattern_dirs": [str(p) for p in job.pattern_dirs]}
+    env = os.environ | {"POLARS_MAX_THREADS": str(threads)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "forensics.batch.worker"], input=json.dumps(spec), capture_output=True, text=True,
+            timeout=limits.timeout_s, env=env, preexec_fn=_cap(limits.memory_bytes), check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return row | {"error": f"timed out after {limits.timeout_s:g} s (--timeout)"}
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+        return row | {"error": f"worker killed by {name} (memory cap {limits.memory_bytes >> 30} GiB, --memory-gb, or a crash)"}
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return row | {"error": f"worker exited with code {done.returncode}: {last[:300]}"}
+
+
+def run_local(
+    jobs: list[Job], workers: int, progress: Callable[[str], None], limits: Limits = Limits(), force: bool = False
+) -> list[dict[str, Any]]:
+    """Every job's row, each incident in its own process, `workers` at a time; rows whose
+    fingerprint is unchanged since the last run are reused unless `force`."""
+    prints = {job.incident_id: fingerprint(job) for job in jobs}
+    rows = {job.incident_id: row for job in jobs if not force and (row := _remembered(job, prints[job.incident_id]))}
+    todo = [job for job in jobs if job.incident_id not in rows]
+    if rows:
+        progress(f"{len(rows)} of {len(jobs)} incidents unchanged since the last run: reused")
+    threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+        futures = {pool.submit(run_isolated, job, limits, threads): job for job in todo}
         for n, future in enumerate(as_completed(futures), start=1):
-            rows.append(future.result())
-            progress(f"[{n}/{len(jobs)}] {futures[future].incident_id}: {rows[-1]['category'] or rows[-1]['error']}")
-    return rows
+            job = futures[future]
+            row = rows[job.incident_id] = future.result()
+            folder = job.out / job.incident_id
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ROW_FILE).write_text(json.dumps({"fingerprint": prints[job.incident_id], "row": row}, default=str))
+            rate = n / max(time.monotonic() - started, 1e-9)
+            eta = (len(todo) - n) / rate
+            progress(f"[{n}/{len(todo)}] {job.incident_id}: {row['category'] or row['error']} ({rate:.2f}/s, about {eta:.0f} s left)")
+    return [rows[job.incident_id] for job in jobs]
 
 
 def run_ray(jobs: list[Job], progress: Callable[[str], None]) -> list[dict[str, Any]]:
