@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -132,45 +132,41 @@ def _plain_blocks(handle: BinaryIO, stream: _Stream, limit: int) -> Iterator[byt
         stream.problem = f"file exceeds {limit} bytes; rest not read"
 
 
-def _gzip_blocks(handle: BinaryIO, stream: _Stream, limit: int) -> Iterator[bytes]:
-    decoder, started, pending = zlib.decompressobj(wbits=31), False, b""
+def _gzip_step(decoder: Any, pending: bytes, room: int) -> tuple[bytes, bytes]:
+    out = decoder.decompress(pending, min(INFLATE_BLOCK, room))
+    return out, decoder.unconsumed_tail
+
+
+def _zstd_step(decoder: Any, pending: bytes, room: int) -> tuple[bytes, bytes]:
+    return decoder.decompress(pending[:ZSTD_STREAM_FEED])[:room], pending[ZSTD_STREAM_FEED:]
+
+
+# kind -> (a fresh decoder, one bounded step: (output, input left), the error it raises)
+_INFLATERS: dict[str, tuple[Callable[[], Any], Callable[[Any, bytes, int], tuple[bytes, bytes]], type[Exception]]] = {
+    "gzip": (lambda: zlib.decompressobj(wbits=31), _gzip_step, zlib.error),
+    "zstd": (lambda: zstandard.ZstdDecompressor().decompressobj(), _zstd_step, zstandard.ZstdError),
+}
+
+
+def _inflated_blocks(handle: BinaryIO, stream: _Stream, limit: int, kind: str) -> Iterator[bytes]:
+    """Decompressed blocks of a gzip or zstd file, each step bounded; concatenated members or
+    frames (appended rotations) go on with a fresh decoder; a cut or corrupt stream ends with
+    `stream.problem` set."""
+    fresh, step, error = _INFLATERS[kind]
+    decoder, started, pending = fresh(), False, b""
     while stream.produced < limit:
         if not pending and not (pending := handle.read(READ_BLOCK)):
             if started and not decoder.eof:
-                stream.problem = f"truncated gzip stream after {stream.produced} bytes"
+                stream.problem = f"truncated {kind} stream after {stream.produced} bytes"
             return
         started = True
         try:
-            out = decoder.decompress(pending, min(INFLATE_BLOCK, limit - stream.produced))
-        except zlib.error as exc:
-            stream.problem = f"corrupt gzip data after {stream.produced} bytes ({exc})"
+            out, pending = step(decoder, pending, limit - stream.produced)
+        except error as exc:
+            stream.problem = f"corrupt {kind} data after {stream.produced} bytes ({exc})"
             return
-        pending = decoder.unconsumed_tail
-        if decoder.eof:  # concatenated members (appended rotations) go on with a fresh decoder
-            pending, decoder, started = decoder.unused_data + pending, zlib.decompressobj(wbits=31), False
-        stream.produced += len(out)
-        yield out
-    if pending or handle.read(1):
-        stream.problem = f"decompressed size exceeds {limit} bytes; rest not read"
-
-
-def _zstd_blocks(handle: BinaryIO, stream: _Stream, limit: int) -> Iterator[bytes]:
-    decoder, started, pending = zstandard.ZstdDecompressor().decompressobj(), False, b""
-    while stream.produced < limit:
-        if not pending and not (pending := handle.read(READ_BLOCK)):
-            if started and not decoder.eof:
-                stream.problem = f"truncated zstd stream after {stream.produced} bytes"
-            return
-        started = True
-        feed, pending = pending[:ZSTD_STREAM_FEED], pending[ZSTD_STREAM_FEED:]
-        try:
-            out = decoder.decompress(feed)
-        except zstandard.ZstdError as exc:
-            stream.problem = f"corrupt zstd data after {stream.produced} bytes ({exc})"
-            return
-        if decoder.eof:  # the next frame, if any, starts in what this one left over
-            pending, decoder, started = decoder.unused_data + pending, zstandard.ZstdDecompressor().decompressobj(), False
-        out = out[: limit - stream.produced]
+        if decoder.eof:
+            pending, decoder, started = decoder.unused_data + pending, fresh(), False
         stream.produced += len(out)
         yield out
     if pending or handle.read(1):
@@ -191,7 +187,7 @@ def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Itera
             blocks = _plain_blocks(handle, stream, limit)
         else:
             limit = min(limit, MAX_DECOMPRESSED_BYTES)
-            blocks = (_gzip_blocks if kind == "gzip" else _zstd_blocks)(handle, stream, limit)
+            blocks = _inflated_blocks(handle, stream, limit, kind)
         carry, consumed, buffered, held = b"", 0, [], 0
         for block in blocks:
             buffered.append(block)

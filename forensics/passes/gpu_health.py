@@ -315,48 +315,22 @@ def _memory_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
             rows.append(
                 _finding(pattern, title, Category.HARDWARE, severity, role, _sample_row(row), value=row[value], samples=row["samples"])
             )
-    # aggregate (lifetime) uncorrectable count rising while we watched
-    rising = (
-        ordered.filter(pl.col("ecc_uncorrected_aggregate").is_not_null())
-        .group_by(key, maintain_order=True)
-        .agg(
-            pl.all().last(),
-            first=pl.col("ecc_uncorrected_aggregate").first(),
+    # counts that rose while we watched: corrected errors (a warning) and lifetime uncorrectable ones
+    climbing = [
+        ("ecc_corrected_volatile", "GPU-ECC-CORRECTED-RISING", "Corrected ECC errors climbing during the run", Severity.WARNING, Role.SYMPTOM),
+        ("ecc_uncorrected_aggregate", "GPU-ECC-UNCORRECTABLE-NEW", "Lifetime uncorrectable ECC count increased during the run", Severity.CRITICAL, Role.INITIATING),
+    ]  # fmt: skip
+    for column, pattern, title, severity, role in climbing:
+        rose = (
+            ordered.filter(pl.col(column).is_not_null())
+            .group_by(key, maintain_order=True)
+            .agg(pl.all().last(), first=pl.col(column).first())
+            .filter(pl.col(column) > pl.col("first"))
         )
-        .filter(pl.col("ecc_uncorrected_aggregate") > pl.col("first"))
-    )
-    corrected = (
-        ordered.filter(pl.col("ecc_corrected_volatile").is_not_null())
-        .group_by(key, maintain_order=True)
-        .agg(pl.all().last(), first=pl.col("ecc_corrected_volatile").first())
-        .filter(pl.col("ecc_corrected_volatile") > pl.col("first"))
-    )
-    for row in corrected.iter_rows(named=True):
-        rows.append(
-            _finding(
-                "GPU-ECC-CORRECTED-RISING",
-                "Corrected ECC errors climbing during the run",
-                Category.HARDWARE,
-                Severity.WARNING,
-                Role.SYMPTOM,
-                _sample_row(row),
-                before=row["first"],
-                after=row["ecc_corrected_volatile"],
-            )
-        )
-    for row in rising.iter_rows(named=True):
-        rows.append(
-            _finding(
-                "GPU-ECC-UNCORRECTABLE-NEW",
-                "Lifetime uncorrectable ECC count increased during the run",
-                Category.HARDWARE,
-                Severity.CRITICAL,
-                Role.INITIATING,
-                _sample_row(row),
-                before=row["first"],
-                after=row["ecc_uncorrected_aggregate"],
-            )
-        )
+        rows += [
+            _finding(pattern, title, Category.HARDWARE, severity, role, _sample_row(row), before=row["first"], after=row[column])
+            for row in rose.iter_rows(named=True)
+        ]
     return rows
 
 
