@@ -123,10 +123,12 @@ def _runs(rows: pl.DataFrame, devices: pl.DataFrame, sizes: pl.DataFrame) -> pl.
     return conform(out.sort(run), NCCL_TEST_RUNS)
 
 
-def _host_of_file(path: pl.Expr) -> pl.Expr:
-    """ibstat prints no host name: `node-b/ibstat.txt` is node-b's, and so is `ibstat_node-b.txt`."""
+def host_of_file(path: pl.Expr, tool: str) -> pl.Expr:
+    """The host of a tool's output that prints no host name: `node-b/ibstat.txt` is node-b's, and so
+    is `ibstat_node-b.txt` (tool `ibstat`, a regex for the name's part before the host); a bare
+    `ibstat.txt` at the top is nobody's (null)."""
     folder = path.str.extract(r"([^/]+)/[^/]+$")
-    named = path.str.extract(r"(?:^|/)ibstat[_.-]+([\w.-]+?)(?:\.(?:txt|log|out))?$")
+    named = path.str.extract(rf"(?:^|/){tool}[_-]+([\w.-]+?)(?:\.(?:txt|log|out))?$")
     return pl.coalesce(folder, named)
 
 
@@ -147,7 +149,7 @@ def _ib_ports(cand: pl.DataFrame) -> pl.DataFrame:
         value=value,
     ).filter(pl.col("port").is_not_null() & pl.col("field").is_in(["State", "Physical state", "Rate", "Link layer"]))
     ports = keyed.group_by("file", "ca", "port", maintain_order=True).agg(
-        pl.coalesce(pl.col("host").drop_nulls().first(), _host_of_file(pl.col("file").first())).alias("host"),
+        pl.coalesce(pl.col("host").drop_nulls().first(), host_of_file(pl.col("file").first(), "ibstat")).alias("host"),
         pl.col("ca_type").drop_nulls().last(),
         line=pl.col("line").filter(pl.col("field") == "State").first(),
         text=pl.col("text").filter(pl.col("field") == "State").first(),

@@ -1,8 +1,10 @@
-"""Markdown for the Cluster section: how NCCL was set up, measured bus bandwidth (nccl-tests)
-and InfiniBand port states.
+"""Markdown for the Cluster section: how NCCL was set up, measured bus bandwidth (nccl-tests),
+InfiniBand port states, PCIe links below what they can run (lspci) and failed DCGM checks.
 
-Rendering only: the `nccl_config` table of ingest.nccl and the `nccl_test_runs` and
-`ib_ports` tables of ingest.fabric in, markdown out; empty when none was found. Bounded: at most MAX_ROWS rows per table, the rest counted.
+Rendering only: the `nccl_config` table of ingest.nccl, the `nccl_test_runs` and `ib_ports`
+tables of ingest.fabric, `pcie_links` of ingest.pcie and `dcgm_diag` and `nvlink_status` of
+ingest.dcgm in, markdown out; empty when none was found. Bounded: at most MAX_ROWS rows per
+table, the rest counted.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ def render_cluster(tables: dict[str, pl.DataFrame]) -> str:
     ports = tables.get("ib_ports")
     if ports is not None and not ports.is_empty():
         parts += ["### InfiniBand ports", _ports(ports)]
+    links = tables.get("pcie_links")
+    if links is not None and not links.is_empty():
+        parts += ["### PCIe links below what they can run", _links(links)]
+    checks = _dcgm_failures(tables)
+    if checks is not None:
+        parts += ["### DCGM checks that failed", checks]
     return "\n\n".join(["## Cluster", *parts]) + "\n" if parts else ""
 
 
@@ -105,3 +113,65 @@ def _ports(ports: pl.DataFrame) -> str:
     ]
     more = f"\n\n… and {plural(ports.height - MAX_ROWS, 'more port')}." if ports.height > MAX_ROWS else ""
     return table(["host", "CA", "port", "state", "physical state", "rate", "where"], rows) + more
+
+
+def _links(links: pl.DataFrame) -> str:
+    below = links.filter(
+        (pl.col("width") < pl.col("cap_width"))
+        | (pl.col("speed_gts") < pl.col("cap_speed_gts"))
+        | pl.col("width_downgraded")
+        | pl.col("speed_downgraded")
+    )
+    if below.is_empty():
+        return f"None: every link lspci showed ({plural(links.height, 'link')}) runs at the width and speed it can."
+    narrow = ((pl.col("width") < pl.col("cap_width")) | pl.col("width_downgraded")).fill_null(False)
+    ordered = below.sort(narrow, "host", "file", "line", descending=[True, False, False, False])
+    rows = [
+        (
+            cell(r["host"]),
+            cell(" ".join(v for v in (r["pci_bus_id"], r["device"]) if v) or None),
+            _of(r["width"], r["cap_width"], r["width_downgraded"], "x{:g}"),
+            _of(r["speed_gts"], r["cap_speed_gts"], r["speed_downgraded"], "{:g} GT/s"),
+            where(r["file"], r["line"]),
+        )
+        for r in ordered.head(MAX_ROWS).iter_rows(named=True)
+    ]
+    note = (
+        "A link narrower than it can run is a fault of its host (lanes that did not train); one that is only "
+        "slower is usually an idle GPU saving power: check it under load."
+    )
+    more = f"\n\n… and {plural(below.height - MAX_ROWS, 'more link')}." if below.height > MAX_ROWS else ""
+    return f"{table(['host', 'device', 'width', 'speed', 'where'], rows)}{more}\n\n{note}"
+
+
+def _of(value: float | None, cap: float | None, downgraded: bool, unit: str) -> str:
+    """`x8 of x16`, `2.5 GT/s of 16 GT/s`; `x1 (downgraded)` where the capability was not shown."""
+    if value is None:
+        return "—"
+    if cap is not None:
+        return f"{unit.format(value)} of {unit.format(cap)}"
+    return unit.format(value) + (" (downgraded)" if downgraded else "")
+
+
+def _dcgm_failures(tables: dict[str, pl.DataFrame]) -> str | None:
+    """Failed `dcgmi diag` results and NVLinks Down in one table; None when dcgmi printed neither."""
+    diag, nvlink = tables.get("dcgm_diag"), tables.get("nvlink_status")
+    read = [frame for frame in (diag, nvlink) if frame is not None and not frame.is_empty()]
+    if not read:
+        return None
+    rows = []
+    if diag is not None:
+        rows += [
+            (cell(r["host"]), cell(f"diag {r['test']} ({r['section']})"), f"GPU {r['gpu']}" if r["gpu"] is not None else "—", "Fail", where(r["file"], r["line"]))
+            for r in diag.filter(pl.col("result") == "Fail").iter_rows(named=True)
+        ]  # fmt: skip
+    if nvlink is not None:
+        device = {"gpu": "GPU", "nvswitch": "NVSwitch"}
+        rows += [
+            (cell(r["host"]), "NVLink status", f"{device[r['entity']]} {r['id']}", f"{r['down']} of {r['links']} links Down", where(r["file"], r["line"]))
+            for r in nvlink.filter(pl.col("down") > 0).iter_rows(named=True)
+        ]  # fmt: skip
+    if not rows:
+        return f"None of the {plural(sum(frame.height for frame in read), 'result')} dcgmi printed failed."
+    more = f"\n\n… and {plural(len(rows) - MAX_ROWS, 'more')}." if len(rows) > MAX_ROWS else ""
+    return table(["host", "check", "device", "result", "where"], rows[:MAX_ROWS]) + more

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.ingest.c10d import COLLECTIVES, parse_collectives, parse_exits
+from forensics.ingest.dcgm import parse_dcgm
 from forensics.ingest.fabric import parse_fabric
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
+from forensics.ingest.pcie import parse_pcie
 from forensics.passes.attribution import attribute_native_runs, attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
 from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
-from forensics.passes.fabric import fabric_findings
+from forensics.passes.fabric import dcgm_findings, fabric_findings, pcie_findings
 from forensics.report.cluster_section import render_cluster
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import InputKind, empty
@@ -19,7 +21,8 @@ from forensics.steps.common import Progress
 
 
 def ingest_nccl_and_c10d(incident: Incident, progress: Progress) -> None:
-    """NCCL topology/warnings, watchdog/collective events and torchrun exits, from LINES."""
+    """NCCL topology/warnings, watchdog/collective events, torchrun exits and what the cluster's
+    tools printed (nccl-tests, ibstat, lspci, dcgmi), from LINES."""
     if incident.lines.is_empty():
         return
     progress("reading NCCL and c10d messages")
@@ -27,6 +30,8 @@ def ingest_nccl_and_c10d(incident: Incident, progress: Progress) -> None:
     incident.tables["collectives"] = parse_collectives(incident.lines)
     incident.tables["exits"] = parse_exits(incident.lines)
     incident.tables.update(parse_fabric(incident.lines))
+    incident.tables.update(parse_pcie(incident.lines))
+    incident.tables.update(parse_dcgm(incident.lines))
 
 
 def ingest_flight_recorder(incident: Incident, progress: Progress) -> None:
@@ -78,8 +83,12 @@ def attribution_pass(incident: Incident, progress: Progress) -> None:
 
 
 def fabric_pass(incident: Incident, progress: Progress) -> None:
-    """InfiniBand ports that are not Active, as NETWORK findings on their host."""
-    incident.add_findings(fabric_findings(incident.tables.get("ib_ports")))
+    """InfiniBand ports that are not Active, PCIe links below what they can run, failed DCGM
+    diagnostics and NVLinks down, as findings on their host."""
+    tables = incident.tables
+    incident.add_findings(fabric_findings(tables.get("ib_ports")))
+    incident.add_findings(pcie_findings(tables.get("pcie_links")))
+    incident.add_findings(dcgm_findings(tables.get("dcgm_diag"), tables.get("nvlink_status")))
 
 
 def render_cluster_section(incident: Incident) -> str | None:
