@@ -257,6 +257,8 @@ def build_hypotheses(
             ranks = []  # the crowd alone does not name a culprit
         if len(ranks) >= JOB_WIDE_MIN_RANKS and len(ranks) >= JOB_WIDE_SHARE * ranks_seen:
             ranks = []  # every rank failed the same way first-hand: a shared cause, not one rank
+        if category == Category.ENVIRONMENT:
+            ranks = []  # a setup, install or launch problem is the job's, whichever rank reports it
         hosts = [h for h in culprit_rows["host"].drop_nulls().unique(maintain_order=True).to_list()]
         # A fault of a host itself (a port down, with no rank of its own) names that host; the
         # ranks that report the network errors it causes are its victims, wherever they run.
@@ -347,10 +349,14 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     )
     if culprits:
         own_errors = own_errors.filter(pl.col("rank").is_in(culprits))
+    timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
+    # A rank whose own collective timed out dies by its watchdog (SIGABRT, a fatal Python error, the
+    # exception the stuck call raises): the hang ending, not a crash of its own.
+    timed_out_ranks = failures.filter(timed_out)["rank"].drop_nulls().unique().implode()
+    own_errors = own_errors.filter(~pl.col("rank").is_in(timed_out_ranks).fill_null(False))
     fatal = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_BY_NATURE))
     culprit_died = not own_errors.is_empty() or not fatal.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
-    timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
     waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK")  # localized, or dumped while waiting
     hang_evidence = not failures.filter(timed_out | waiting).is_empty()
     if category == Category.NUMERICAL:

@@ -325,3 +325,27 @@ def test_a_stall_report_naming_impossible_ranks_blames_nobody():
     assert stalls["ranks_named"].to_list() == [[], []]
     result = localize_hang(parse_collectives(lines), None, pl.DataFrame(schema={"nranks": pl.Int32}), [], None, lines=lines)
     assert result.findings.filter(pl.col("pattern") == "HANG004").is_empty()
+
+
+# Real lines of a one-rank job on an H100 whose kernel spun past the 10 s timeout (fixtures/incidents/gpu_kernel_hang_nccl_watchdog).
+SOLE_INIT = "vm:1064:1064 [0] NCCL INFO ncclCommInitRankConfig comm 0x292b6f50 rank 0 nranks {n} cudaDev 0 nvmlDev 0 busId 60 commId 0x88b6045b60609424 - Init COMPLETE"
+SOLE_TIMEOUT = (
+    "[rank0]:[E1124 18:49:06.670974723 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=29, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=10000) ran for 10017 milliseconds before timing out."
+)
+SOLE_ABORT = ["terminate called after throwing an instance of 'c10::DistBackendError'", "Fatal Python error: Aborted"]
+
+
+def test_the_only_rank_of_a_job_whose_collective_timed_out_is_its_own_culprit_and_the_job_hung(tmp_path):
+    (tmp_path / "stdout.log").write_text(SOLE_INIT.format(n=1) + "\n")
+    (tmp_path / "stderr.log").write_text("\n".join([SOLE_TIMEOUT, *SOLE_ABORT]) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", [0])
+    assert verdict.state == "hung", "the watchdog's abort ends the hang; it is not a crash of the rank's own"
+
+
+def test_one_rank_timing_out_in_a_job_of_eight_names_no_culprit_from_itself(tmp_path):
+    (tmp_path / "stdout.log").write_text(SOLE_INIT.format(n=8) + "\n")
+    (tmp_path / "stderr.log").write_text(SOLE_TIMEOUT + "\n")
+    findings = analyze(tmp_path).incident.findings
+    assert "HANG007" not in findings["pattern"].to_list()

@@ -384,3 +384,29 @@ def test_an_abort_on_ranks_whose_watchdog_timed_out_is_the_timeout_not_an_unknow
         "[E ProcessGroupNCCL.cpp:737] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802211 milliseconds before timing out.\n"
     )
     assert analyze(tmp_path).verdict.category == "COLLECTIVE_TIMEOUT"
+
+
+def test_a_launch_configuration_error_reported_by_every_rank_is_the_job_s_not_a_rank_s(tmp_path):
+    """Two ranks pinned to one GPU (real torch 2.11 / NCCL 2.28 lines from an H100): ENVIRONMENT, no culprit rank."""
+    from forensics.flow import analyze
+
+    for rank, other in ((0, 1), (1, 0)):
+        (tmp_path / f"rank{rank}.log").write_text(
+            f"[rank{rank}]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, "
+            "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n"
+            f"[rank{rank}]: Last error:\n"
+            f"[rank{rank}]: Duplicate GPU detected : rank {rank} and rank {other} both on CUDA device 60\n"
+        )
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("ENVIRONMENT", [])
+
+
+def test_a_misnamed_socket_interface_on_the_only_rank_blames_the_setup_not_rank_0(tmp_path):
+    from forensics.flow import analyze
+
+    (tmp_path / "stdout.log").write_text(
+        "[2026-11-24 18:50:25] vm:1161:1161 [0] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found\n"
+    )
+    (tmp_path / "stderr.log").write_text("[rank0]: Last error:\n[rank0]: Bootstrap : no socket interface found\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("ENVIRONMENT", [])

@@ -383,6 +383,16 @@ def localize_hang(
               f"reached #{d['others_seq']}: the others were waiting for it",
               {"pg": pg, "reason": f"lowest {d['field']}", **d})  # fmt: skip
 
+    # A job of one rank (NCCL itself says every communicator has one) has no one else to wait for:
+    # its collective timed out behind its own work on the GPU or the host.
+    sole = world == 1 and not topology.is_empty() and topology["nranks"].max() == 1
+    for rank in state.filter(pl.col("timed_out"))["rank"].to_list() if sole else []:
+        blame("HANG007", "The job's only rank timed out in its own collective", Category.COLLECTIVE_TIMEOUT,
+              Severity.CRITICAL, Role.INITIATING, rank, _evidence(collectives, rank, TIMEOUT_KINDS),
+              f"rank {rank} is the job's only rank (NCCL: nranks 1) and its collective timed out: the work queued "
+              "before it on the same GPU or host never finished",
+              {"reason": "sole_rank"})  # fmt: skip
+
     crowd, silent, unseen = _silent(state, ranks_seen, world)
     crowd_seq = state.filter(pl.col("timed_out"))["timed_out_seq"].mode().sort().first() if crowd else None
     crowd_done = state.filter(pl.col("timed_out"))["last_completed"].drop_nulls().mode().sort().first() if crowd else None
