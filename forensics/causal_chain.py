@@ -3,8 +3,10 @@
 Enters: the first failure of the leading hypothesis (a dict with rank, file, line, title,
 pattern), its culprit ranks, every finding, the catalog entries and the category's playbook.
 Leaves: whys from how the job ended back to that first failure, each naming the line it rests
-on (`file:line`); then the usual causes of that failure as its catalog entry states them, said
-to be shown by no line; then the evidence that would carry the chain further.
+on (`file:line`); then what the GPU driver logged for a culprit's process (an Xid in the kernel
+log) when the first failure is not that Xid itself; then the usual causes of that failure as its
+catalog entry states them, said to be shown by no line; then the evidence that would carry the
+chain further.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ def causal_chain(
     subject = _who(culprits) if culprits else "the job"
     question = f"Why did they wait for {subject}?" if category in WAITING and culprits else f"Why did {subject} fail?"
     whys.append(f"{question} {_said(first)}.")
+    driver = findings.filter(pl.col("pattern").str.starts_with("GPU-XID") & pl.col("rank").is_in(culprits).fill_null(False))
+    if not (first.get("pattern") or "").startswith("GPU-XID") and (xid := _earliest(driver)) is not None:
+        whys.append(f"What did the GPU driver see? {_said(xid)}.")
     entry = patterns.get(first.get("pattern") or "")
     causes = list(entry.causes[:MAX_CAUSES]) if entry is not None and entry.causes else list(playbook.get("whys", [])[1 : 1 + MAX_CAUSES])
     if causes:

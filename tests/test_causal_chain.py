@@ -32,6 +32,22 @@ def test_a_hang_asks_why_the_others_waited_for_the_culprit():
     assert not any("Why did rank 5 fail?" in w for w in whys)
 
 
+def test_the_xid_the_driver_logged_for_the_culprit_s_process_is_a_why_of_its_own():
+    """Real H100 run: rank 3's kernel writes through a null pointer; dmesg has Xid 31 for its pid."""
+    whys = analyze(FIXTURES / "gpu_gloo_4rank_illegal_access_rank3").verdict.whys
+    failed = next(i for i, w in enumerate(whys) if w.startswith("Why did rank 3 fail?"))
+    assert "illegal memory access" in whys[failed]
+    assert whys[failed + 1] == "What did the GPU driver see? Xid 31: GPU memory page fault (rank 3, `dmesg.txt:1`)."
+
+
+def test_a_device_assert_s_xid_43_is_cited_and_a_run_without_a_kernel_log_has_no_driver_why():
+    assert any(
+        w.startswith("What did the GPU driver see? Xid 43") and "rank 1," in w
+        for w in analyze(FIXTURES / "gpu_gloo_4rank_device_assert_rank1").verdict.whys
+    )
+    assert not any("GPU driver" in w for w in analyze(FIXTURES / "gpu_gloo_4rank_cuda_oom_rank2").verdict.whys)
+
+
 @pytest.mark.parametrize("name", FAILED)
 def test_every_cited_line_of_the_chain_exists(name):
     incident = FIXTURES / name
