@@ -93,6 +93,7 @@ class InputKind(StrEnum):
     NCCL_LOG = "nccl_log"  # NCCL_DEBUG_FILE output
     TRACE = "trace"  # torch.profiler / Kineto chrome trace
     NVIDIA_SMI_QUERY = "nvidia_smi_q"
+    NVIDIA_SMI_XML = "nvidia_smi_q_xml"  # nvidia-smi -q -x
     NVIDIA_SMI_CSV = "nvidia_smi_csv"
     NVIDIA_SMI_DMON = "nvidia_smi_dmon"
     NVIDIA_SMI_TOPO = "nvidia_smi_topo"

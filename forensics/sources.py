@@ -20,7 +20,7 @@ from forensics.steps import collectives, exceptions, gpu, health, timing, traces
 from forensics.steps.common import Step
 
 GPU_KINDS = (
-    InputKind.NVIDIA_SMI_QUERY, InputKind.NVIDIA_SMI_CSV, InputKind.NVIDIA_SMI_DMON, InputKind.NVIDIA_SMI_TOPO,
+    InputKind.NVIDIA_SMI_QUERY, InputKind.NVIDIA_SMI_XML, InputKind.NVIDIA_SMI_CSV, InputKind.NVIDIA_SMI_DMON, InputKind.NVIDIA_SMI_TOPO,
     InputKind.KERNEL_LOG,
 )  # fmt: skip
 

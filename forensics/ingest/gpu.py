@@ -337,19 +337,138 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
         .filter(pl.col("field").is_not_null())
     )
     gpus = df.filter(opens_gpu).select("dump", "gpu", "bus", "stamp", line="gpu_line")
+    return _dump_samples(values, gpus, file, host, problem, InputKind.NVIDIA_SMI_QUERY)
+
+
+def _dump_samples(
+    values: pl.DataFrame, gpus: pl.DataFrame, file: str, host: str | None, problem: str | None, source: InputKind
+) -> tuple[pl.DataFrame, str | None]:
+    """(dump, gpu, field, value) rows and one row per GPU section (dump, gpu, bus, stamp, line) -> GPU_SAMPLES."""
     if values.is_empty():
         wide = gpus
     else:
         wide = values.pivot(on="field", index=["dump", "gpu"], values="value", aggregate_function="first", sort_columns=True).join(
             gpus, on=["dump", "gpu"], how="right"
         )
-    samples = _q_samples(wide, file, host)
+    samples = _q_samples(wide, file, host, source)
     if samples["time"].is_null().any() and problem is None:
         problem = "some dumps carry no readable Timestamp line"
     return samples, problem
 
 
-def _q_samples(wide: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
+# ---------------------------------------------------------------------------------------
+# nvidia-smi -q -x
+
+
+def _xml_fields() -> dict[str, str]:
+    """Element path under `<gpu>` (both driver generations) -> the -q field it feeds."""
+    fields = {
+        "product_name": "name",
+        "uuid": "uuid",
+        "temperature/gpu_temp": "temperature_c",
+        "temperature/gpu_temp_slow_threshold": "slowdown_temp",
+        "temperature/gpu_temp_tlimit": "tlimit_headroom",
+        "temperature/gpu_temp_slow_tlimit_threshold": "slowdown_tlimit",
+        "utilization/gpu_util": "sm_util_pct",
+        "utilization/memory_util": "mem_util_pct",
+        "fb_memory_usage/used": "memory_used_mib",
+        "fb_memory_usage/total": "memory_total_mib",
+        "clocks/sm_clock": "sm_clock_mhz",
+        "retired_pages/multiple_single_bit_retirement/retired_count": "retired_sbe",
+        "retired_pages/double_bit_retirement/retired_count": "retired_dbe",
+        "retired_pages/pending_blacklist": "retired_pending",
+        "retired_pages/pending_retirement": "retired_pending",
+        "remapped_rows/remapped_row_corr": "remapped_rows_correctable",
+        "remapped_rows/remapped_row_unc": "remapped_rows_uncorrectable",
+        "remapped_rows/remapped_row_pending": "remapped_rows_pending",
+        "remapped_rows/remapped_row_failure": "remapped_rows_failure",
+    }
+    for section in ("power_readings", "gpu_power_readings"):
+        for tag, field in (("power_draw", "power_draw"), ("average_power_draw", "power_avg"), ("instant_power_draw", "power_inst"),
+                           ("current_power_limit", "limit_current"), ("enforced_power_limit", "limit_enforced"),
+                           ("power_limit", "limit_plain")):  # fmt: skip
+            fields[f"{section}/{tag}"] = field
+    for word in ("event", "throttle"):
+        for tag, reason in (("hw_slowdown", "hw_slowdown"), ("hw_thermal_slowdown", "hw_thermal"), ("sw_thermal_slowdown", "sw_thermal"),
+                            ("sw_power_cap", "sw_power_cap"), ("hw_power_brake_slowdown", "power_brake")):  # fmt: skip
+            fields[f"clocks_{word}_reasons/clocks_{word}_reason_{tag}"] = f"reason_{reason}"
+    for scope in ("volatile", "aggregate"):
+        for tag in ("sram_correctable", "dram_correctable", "single_bit/total"):
+            fields[f"ecc_errors/{scope}/{tag}"] = f"ecc_c_{scope}_{tag}"
+        for tag in (
+            "sram_uncorrectable",
+            "sram_uncorrectable_parity",
+            "sram_uncorrectable_secded",
+            "dram_uncorrectable",
+            "double_bit/total",
+        ):
+            fields[f"ecc_errors/{scope}/{tag}"] = f"ecc_u_{scope}_{tag}"
+    return fields
+
+
+XML_FIELDS = _xml_fields()
+_XML_LINE = r"^\s*<(?P<close>/)?(?P<tag>[A-Za-z_][\w.-]*)(?P<attrs>[^>]*?)(?P<empty>/)?>(?:(?P<value>[^<]*)</[\w.-]+>)?\s*$"
+_XML_DEPTH = 8  # deepest element nesting a mapped value sits at
+
+
+def parse_nvidia_smi_xml(text: str, file: str, host: str | None = None) -> tuple[pl.DataFrame, str | None]:
+    """`nvidia-smi -q -x` XML (one or many concatenated dumps) -> GPU_SAMPLES rows, as `-q` gives.
+
+    Notes:
+        nvidia-smi writes one element per line, so the file is read line by line, never as a
+        document: no entity is expanded and nothing outside it is fetched. An opening tag
+        (`<temperature>`) deepens the path, its closing tag leaves it, and a line that holds
+        `<tag>value</tag>` is a value at the current path; `<gpu id="...">` opens a GPU and
+        `<nvidia_smi_log>` a new dump, whose `<timestamp>` dates every GPU in it.
+    """
+    problem = _binary_problem(text)
+    parts = pl.col("raw").str.extract_groups(_XML_LINE)
+    df = _lines(text).with_columns(parts=parts).unnest("parts")
+    opens = pl.col("tag").is_not_null() & pl.col("close").is_null() & pl.col("value").is_null() & pl.col("empty").is_null()
+    closes = pl.col("close").is_not_null()
+    df = df.with_columns(opens=opens.fill_null(False), closes=closes.fill_null(False)).with_columns(
+        after=(pl.col("opens").cast(pl.Int32) - pl.col("closes").cast(pl.Int32)).cum_sum()
+    )
+    level = pl.when(pl.col("opens")).then(pl.col("after") - 1).otherwise(pl.col("after"))
+    df = df.with_columns(level=level, is_gpu=pl.col("opens") & (pl.col("tag") == "gpu"))
+    if not df["is_gpu"].any():
+        return empty(GPU_SAMPLES), problem or "no `<gpu id=...>` element found"
+    is_stamp = (pl.col("tag") == "timestamp") & pl.col("value").is_not_null() & (pl.col("level") == 1)
+    df = df.with_columns(
+        *[
+            pl.when(pl.col("opens") & (pl.col("level") == depth))
+            .then(pl.col("tag"))
+            .when((pl.col("opens") | pl.col("closes")) & (pl.col("level") <= depth))
+            .then(pl.lit(""))
+            .alias(f"sec{depth}")
+            for depth in range(2, _XML_DEPTH)
+        ],
+        dump=(pl.col("opens") & (pl.col("tag") == "nvidia_smi_log")).cum_sum(),
+        stamp=pl.when(is_stamp).then(pl.col("value").str.strip_chars()),
+        bus=pl.when(pl.col("is_gpu")).then(pl.col("attrs").str.extract(r'id="([^"]*)"')),
+    ).with_columns(
+        pl.col("stamp").forward_fill().backward_fill().over("dump"),
+        *[pl.col(f"sec{d}").forward_fill() for d in range(2, _XML_DEPTH)],
+        gpu_line=pl.when(pl.col("is_gpu")).then(pl.col("line")).forward_fill().over("dump"),
+        gpu=pl.col("is_gpu").cast(pl.Int32).cum_sum().over("dump") - 1,
+        in_gpu=(pl.col("level") >= 2) & (pl.col("is_gpu").cast(pl.Int32).cum_sum().over("dump") > 0),
+    )
+    path = pl.concat_str(
+        [pl.when(pl.col(f"sec{d}") != "").then(pl.col(f"sec{d}")) for d in range(2, _XML_DEPTH)] + [pl.col("tag")],
+        separator="/",
+        ignore_nulls=True,
+    )
+    values = (
+        df.filter(pl.col("value").is_not_null() & pl.col("in_gpu"))
+        .with_columns(field=path.replace_strict(XML_FIELDS, default=None), value=pl.col("value").str.strip_chars())
+        .filter(pl.col("field").is_not_null())
+        .select("dump", "gpu", "field", "value")
+    )
+    gpus = df.filter(pl.col("is_gpu")).select("dump", "gpu", "bus", "stamp", line="gpu_line")
+    return _dump_samples(values, gpus, file, host, problem, InputKind.NVIDIA_SMI_XML)
+
+
+def _q_samples(wide: pl.DataFrame, file: str, host: str | None, source: InputKind) -> pl.DataFrame:
     def ecc(kind: str, scope: str) -> pl.Expr:
         cols = [c for c in wide.columns if c.startswith(f"ecc_{kind}_{scope}_")]
         return _sum_or_null([_count(pl.col(c)) for c in cols])
@@ -362,7 +481,7 @@ def _q_samples(wide: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
         uuid=_null_tokens(_col(wide, "uuid")),
         name=_null_tokens(_col(wide, "name")),
         time=line_time(pl.col("stamp").fill_null(""), 1970),
-        source=pl.lit(InputKind.NVIDIA_SMI_QUERY.value),
+        source=pl.lit(source.value),
         temperature_c=_number(_col(wide, "temperature_c")),
         thermal_headroom_c=pl.coalesce(
             _number(_col(wide, "slowdown_temp")) - _number(_col(wide, "temperature_c")),
@@ -702,6 +821,8 @@ def sniff_gpu_kind(head: str) -> str | None:
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     if "==============NVSMI LOG==============" in text[:4096]:
         return InputKind.NVIDIA_SMI_QUERY.value
+    if "<nvidia_smi_log>" in text[:4096]:
+        return InputKind.NVIDIA_SMI_XML.value
     if _DMON_HEAD.match(first):
         return InputKind.NVIDIA_SMI_DMON.value
     if first.startswith("\t") and "GPU0" in first:

@@ -7,7 +7,15 @@ from pathlib import Path
 import polars as pl
 
 from forensics.incident import FileStatus, Incident
-from forensics.ingest.gpu import GPU_SAMPLES, parse_dmon, parse_gpu_csv, parse_nvidia_smi_query, parse_pmon, parse_topo
+from forensics.ingest.gpu import (
+    GPU_SAMPLES,
+    parse_dmon,
+    parse_gpu_csv,
+    parse_nvidia_smi_query,
+    parse_nvidia_smi_xml,
+    parse_pmon,
+    parse_topo,
+)
 from forensics.ingest.kernel_log import GPU_EVENTS, attach_boot_times, parse_kernel_log
 from forensics.ingest.nccl import process_ranks
 from forensics.ingest.timestamps import infer_year
@@ -18,6 +26,7 @@ from forensics.steps.common import Progress, read_text
 
 PARSERS = {
     InputKind.NVIDIA_SMI_QUERY: ("gpu_samples", parse_nvidia_smi_query),
+    InputKind.NVIDIA_SMI_XML: ("gpu_samples", parse_nvidia_smi_xml),
     InputKind.NVIDIA_SMI_CSV: ("gpu_samples", parse_gpu_csv),
     InputKind.NVIDIA_SMI_DMON: ("gpu_samples", parse_dmon),
     InputKind.NVIDIA_SMI_TOPO: ("gpu_topology", parse_topo),
