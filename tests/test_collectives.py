@@ -349,3 +349,23 @@ def test_one_rank_timing_out_in_a_job_of_eight_names_no_culprit_from_itself(tmp_
     (tmp_path / "stderr.log").write_text(SOLE_TIMEOUT + "\n")
     findings = analyze(tmp_path).incident.findings
     assert "HANG007" not in findings["pattern"].to_list()
+
+
+# ultralytics/ultralytics#2023 (ranks 1-3 wait mid-run in a broadcast rank 0 never joins) and the
+# first-collective and two-rank shapes of the same lines, which name no one.
+def _watchdog(rank: int, seq: int, op: str = "BROADCAST") -> str:
+    return (
+        f"[E ProcessGroupNCCL.cpp:828] [Rank {rank}] Watchdog caught collective operation timeout: "
+        f"WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)=1800000) ran for 1800764 milliseconds before timing out."
+    )
+
+
+@pytest.mark.parametrize(
+    "ranks, seq, culprits",
+    [([1, 3, 2], 10792, [0]), ([3, 2, 1], 1, []), ([1, 2], 7930, [])],
+    ids=["mid-run: rank 0 was elsewhere", "first collective: the transport or setup", "two ranks: too few to say"],
+)
+def test_every_rank_but_0_timing_out_in_one_collective_past_the_first_names_rank_0(tmp_path, ranks, seq, culprits):
+    (tmp_path / "console.log").write_text("\n".join(_watchdog(r, seq) for r in ranks) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", culprits)

@@ -193,7 +193,14 @@ def _silent(state: pl.DataFrame, ranks_seen: list[int], world: int | None) -> tu
     unseen: list[int] = []
     if not silent and world:
         missing = [r for r in range(world) if r not in set(seen)]
+        waits = state.filter(pl.col("timed_out"))
+        one_collective = waits["timed_out_seq"].n_unique() == 1 and waits["op_type"].n_unique() == 1
         if missing and len(missing) * 8 <= world:
+            unseen = missing
+        elif missing == [0] and crowd == list(range(1, world)) and len(crowd) >= 3 and one_collective and waits["timed_out_seq"].min() > 1:
+            # At least three ranks, every one but rank 0, timed out in the same collective past the job's
+            # first: rank 0 alone was elsewhere (evaluating, saving, logging). A first collective that
+            # never completes is the transport's or the setup's, whoever is missing.
             unseen = missing
     return crowd, silent, unseen
 
