@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+import pytest
 
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.cross_rank import rank_table
@@ -410,3 +411,44 @@ def test_a_misnamed_socket_interface_on_the_only_rank_blames_the_setup_not_rank_
     (tmp_path / "stderr.log").write_text("[rank0]: Last error:\n[rank0]: Bootstrap : no socket interface found\n")
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("ENVIRONMENT", [])
+
+
+FAIRSEQ_INCONSISTENT = (
+    "FloatingPointError: Fatal error: gradients are inconsistent between workers. Try --ddp-backend=no_c10d. "
+    "Or are you mixing up different generation of GPUs in training?"
+)
+
+
+def test_fairseq_workers_whose_grad_norms_are_all_nan_are_a_numerical_failure_of_the_whole_step(tmp_path):
+    """facebookresearch/fairseq#1372 as posted: every worker's row is nan."""
+    from forensics.flow import analyze
+
+    rows = [f"rank   {r} = nan" for r in range(8)]
+    (tmp_path / "train.log").write_text("\n".join([FAIRSEQ_INCONSISTENT, "-" * 80, "grad_norm across the workers:", *rows, ""]) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("NUMERICAL", [])
+
+
+def test_fairseq_workers_with_finite_but_different_grad_norms_are_no_numerical_failure(tmp_path):
+    """OFA-Sys/OFA#352's rows: finite norms that differ say nothing about NaN."""
+    from forensics.flow import analyze
+
+    rows = ["rank   0 = 43.87894113", "rank   1 = 36.76721862", "rank   2 = 32.03398652", "rank   3 = 32.47642299"]
+    (tmp_path / "train.log").write_text("\n".join([FAIRSEQ_INCONSISTENT, "-" * 80, "grad_norm across the workers:", *rows]) + "\n")
+    assert analyze(tmp_path).verdict.category != "NUMERICAL"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "tensorflow.python.framework.errors_impl.UnknownError:  ncclCommInitRank failed: unhandled system error",  # horovod#1651
+        "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: ncclCommInitRank failed: unhandled system error",  # horovod#1195
+    ],
+)
+def test_horovod_s_wording_of_nccl_s_system_error_is_a_network_failure(tmp_path, line):
+    from forensics.flow import analyze
+
+    (tmp_path / "slurm-1.out").write_text(
+        line + "\nsrun: error: jwc09n018: task 1: Exited with exit code 1\nsrun: error: jwc09n012: task 0: Exited with exit code 1\n"
+    )
+    assert analyze(tmp_path).verdict.category == "NETWORK"
