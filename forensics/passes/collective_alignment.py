@@ -184,7 +184,7 @@ def align_collectives(loads: list[TraceLoad]) -> Alignment:
         severe = persistent and slowdown is not None and slowdown >= SEVERE_SLOWDOWN
         evidence = (
             f"rank {r['rank']} arrived last at {r['times_late']} of {n_coll} collectives; other ranks waited "
-            f"{r['wait_caused_us']} us for it ({100 * r['wait_share']:.0f}% of all collective waiting)"
+            f"{r['wait_caused_us'] / 1000:,.1f} ms for it ({100 * r['wait_share']:.0f}% of all collective waiting)"
         )
         stragglers.append({"rank": r["rank"], "slowdown": None if slowdown is None else round(slowdown, 2), "evidence": evidence})
         rows.append(
