@@ -72,3 +72,19 @@ def test_topology_of_a_single_gpu_vm_has_no_links():
     df, problem = parse_topo(_text("topo_m"), "topo_m")
     assert problem is None
     assert df.select("device", "peer", "link", "cpu_affinity", "numa_affinity").rows() == [("GPU0", "GPU0", "X", "0-15", "0")]
+
+
+def test_a_dmon_whose_names_line_is_cut_off_reads_no_rows_instead_of_failing():
+    """Found by tests/test_properties.py: the units line (`#HH:MM:SS Idx W C C %`) repeats names."""
+    for cut in (_text("idle_dmon").split("\n", 1)[1], "# \n" + _text("idle_dmon").split("\n", 1)[1]):
+        samples, problem = parse_dmon(cut, "dmon")
+        assert samples.is_empty() and problem
+
+
+def test_a_csv_header_that_names_a_field_twice_reads_the_first():
+    text = _text("load_query.csv").replace("timestamp,", "timestamp,timestamp, ", 1)
+    text = "\n".join(
+        [text.split("\n")[0]] + [line.replace(", ", ", 2026/11/24 18:47:45.822, ", 1) if line else line for line in text.split("\n")[1:]]
+    )
+    samples, _ = parse_gpu_csv(text, "q.csv")
+    assert samples.height >= 15 and samples["power_draw_w"].min() > 400

@@ -597,6 +597,7 @@ def parse_gpu_csv(text: str, file: str, host: str | None = None, columns: list[s
     else:
         names = [_csv_name(c) for c in _infer_csv_columns(first.split(","))]
         problem = problem or "no CSV header: columns inferred from their values (identity, power, utilization only)"
+    names = _distinct(names)  # a repeated field keeps its first column
     if header_text is not None:
         df = df.filter(pl.col("raw") != header_text)
     cells = pl.col("raw").str.split(",")
@@ -676,6 +677,17 @@ DMON_COLUMNS = {
 }
 
 
+def _distinct(names: list[str]) -> list[str]:
+    """Header names made unique: a dmon units line (`#HH:MM:SS Idx W C C %`) or a CSV header
+    that asks for one field twice repeats some; each repeat becomes `name#2`, `name#3`."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return out
+
+
 def _dmon_rows(text: str) -> tuple[pl.DataFrame, list[str], str | None]:
     """Data rows split on whitespace, with the column names of the `#` header above them."""
     df = _lines(text)
@@ -690,7 +702,9 @@ def _dmon_rows(text: str) -> tuple[pl.DataFrame, list[str], str | None]:
     problem = None
     if len(headers) > 1:
         problem = f"{len(headers)} different header layouts; only the first is read"
-    names = [n.lower() for n in headers[0].lstrip("#").split()]
+    names = _distinct([n.lower() for n in headers[0].lstrip("#").split()])
+    if not names:
+        return rows.head(0), [], "an empty `#` header line"
     rows = rows.filter(pl.col("header") == headers[0])
     tokens = pl.col("raw").str.strip_chars().str.replace_all(r"\s+", " ").str.split(" ")
     good = rows.filter(tokens.list.len() >= len(names))
@@ -741,7 +755,10 @@ def parse_dmon(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
         ecc_corrected_volatile=pl.col("ecc_corrected_volatile").cast(pl.Int64) if "sbecc" in names else pl.lit(None),
         ecc_uncorrected_volatile=pl.col("ecc_uncorrected_volatile").cast(pl.Int64) if "dbecc" in names else pl.lit(None),
     )
-    return conform(out.filter(pl.col("gpu").is_not_null()), GPU_SAMPLES), problem
+    samples = conform(out.filter(pl.col("gpu").is_not_null()), GPU_SAMPLES)
+    if samples.is_empty():
+        problem = problem or "no row names a GPU index (no `# gpu ...` names line above the rows?)"
+    return samples, problem
 
 
 def parse_pmon(text: str, file: str, host: str | None = None) -> tuple[pl.DataFrame, str | None]:
