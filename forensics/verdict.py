@@ -318,7 +318,7 @@ def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern | Deri
 EXCEPTION_TEXT = (
     r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b:|\b(?:CUDA|NCCL|cuDNN) error\b|exception: |terminate called"
     r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|return code = -?[1-9]|exit status -?[1-9]|exited on signal"
-    r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+"
+    r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+|Received \d+ death signal"
     r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
     r"|Check failed: |: Assertion [`'].*' failed\."  # native checks abort the process
 )
@@ -326,13 +326,17 @@ EXCEPTION_TEXT = (
 
 # A sticky CUDA error, an OOM or a dead GPU ends the process even when no exception line survived.
 FATAL_BY_NATURE = [Category.CUDA_ERROR, Category.CUDA_OOM, Category.HARDWARE, Category.HOST_OOM]
+# A critical network, setup or kill error ends the job too, unless the ranks then hung until a
+# timeout (an IB error that leaves the collective waiting for the watchdog).
+FATAL_UNLESS_HUNG = [Category.NETWORK, Category.ENVIRONMENT, Category.PROCESS_KILLED]
 
 
 def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int]) -> str:
     """How the job ended, from the evidence rather than the category.
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
-    code, a kill or an abort of its own; hung: collectives timed out or a hang was
+    code, a kill or an abort of its own, or a critical network, setup or kill error stands
+    with no hang after it; hung: collectives timed out or a hang was
     localized while the culprit went quiet, even if the watchdog then aborted everyone, or
     a stack dump shows processes waiting;
     diverged: numerics went bad while the processes kept running; slow: nothing died
@@ -365,7 +369,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
         return "crashed"
     if hang_evidence:
         return "hung"
-    if anyone_died:
+    ended = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_UNLESS_HUNG))
+    if anyone_died or not ended.is_empty():
         return "crashed"
     if category == Category.STRAGGLER or not failures.filter(pl.col("category") == Category.STRAGGLER).is_empty():
         return "slow"

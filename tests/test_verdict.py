@@ -452,3 +452,42 @@ def test_horovod_s_wording_of_nccl_s_system_error_is_a_network_failure(tmp_path,
         line + "\nsrun: error: jwc09n018: task 1: Exited with exit code 1\nsrun: error: jwc09n012: task 0: Exited with exit code 1\n"
     )
     assert analyze(tmp_path).verdict.category == "NETWORK"
+
+
+@pytest.mark.parametrize(
+    "lines, category, state",
+    [
+        # modelscope/ms-swift#64 and PrimeIntellect prime-rl#1360: the torchrun agent itself was signalled.
+        (
+            [
+                "W1130 12:13:49.388000 124326 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal, shutting down workers"
+            ],
+            "PROCESS_KILLED",
+            "crashed",
+        ),
+        # NVIDIA/nccl#1814: an IB completion error and nothing after it.
+        (
+            [
+                "hostname-test:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 172.36.143.59<44206> with status=12 opcode=129 len=65536 vendor err 129 (Recv) localGid ::ffff:29.87.88.182 remoteGids::ffff:29.87.4.221"
+            ],
+            "NETWORK",
+            "crashed",
+        ),
+        # The same error, then the watchdog of the rank that waits for the broken link.
+        (
+            [
+                "hostname-test:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 172.36.143.59<44206> with status=12 opcode=129 len=65536 vendor err 129 (Recv) localGid ::ffff:29.87.88.182 remoteGids::ffff:29.87.4.221",
+                "[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=10792, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800764 milliseconds before timing out.",
+            ],
+            "NETWORK",
+            "hung",
+        ),
+    ],
+    ids=["agent death signal", "IB error alone", "IB error then a timeout"],
+)
+def test_a_critical_network_setup_or_kill_error_ends_the_job_unless_the_ranks_then_hung(tmp_path, lines, category, state):
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == (category, state)
