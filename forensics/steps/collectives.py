@@ -14,6 +14,7 @@ from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
 from forensics.passes.fabric import dcgm_findings, fabric_findings, pcie_findings
+from forensics.passes.nccl_chains import explain_chains
 from forensics.report.cluster_section import render_cluster
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import InputKind, empty
@@ -73,11 +74,13 @@ def render_collectives_section(incident: Incident) -> str | None:
 
 def attribution_pass(incident: Incident, progress: Progress) -> None:
     """Ranks for launcher and kernel lines that name a worker by rank, pid or local rank, and for
-    CUDA runtime lines printed just before one rank's traceback."""
+    CUDA runtime lines printed just before one rank's traceback; NCCL error-return chains take
+    the category of the WARN line that starts them."""
     exits, topology = incident.tables.get("exits"), incident.tables.get("nccl_topology")
     single_node = len(known_hosts(incident.lines, exits, topology)) <= 1
     incident.findings = attribute_ranks(incident.findings, pid_ranks(exits, topology), single_node)
     incident.findings = attribute_native_runs(incident.findings, incident.lines)
+    incident.findings = explain_chains(incident.findings)
     incident.tables["rank_hosts"] = rank_hosts(incident.lines, exits, topology)
     incident.findings = fill_hosts(incident.findings, incident.tables["rank_hosts"])
 
