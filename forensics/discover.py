@@ -14,8 +14,11 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.ingest.dcgm import sniff_dcgm
+from forensics.ingest.fabric import sniff_fabric
 from forensics.ingest.flight_recorder import sniff_flight_recorder
 from forensics.ingest.gpu import sniff_gpu_kind
+from forensics.ingest.pcie import sniff_pcie
 from forensics.ingest.text import compression_of, looks_binary, read_head
 from forensics.schema import INPUTS, MAX_RANKS, InputKind, InputStatus
 
@@ -58,7 +61,8 @@ def sniff_kind(path: str, head: bytes, fixture: bool = False) -> tuple[str, str 
     """(InputKind, reason to skip or None) from the name and the decompressed head.
 
     Formats with a reader of their own are recognized by that reader's sniffer (GPU
-    dumps and kernel logs: ingest.gpu; Flight Recorder dumps: ingest.flight_recorder),
+    dumps and kernel logs: ingest.gpu; Flight Recorder dumps: ingest.flight_recorder;
+    nccl-tests and ibstat: ingest.fabric; dcgmi: ingest.dcgm; lspci: ingest.pcie),
     so a format's rules live in one place. `fixture`: the incident is one of the project's
     fixtures, whose metadata files are not evidence.
     """
@@ -78,9 +82,17 @@ def sniff_kind(path: str, head: bytes, fixture: bool = False) -> tuple[str, str 
         return InputKind.FLIGHT_RECORDER, None
     if looks_binary(head):
         return InputKind.UNKNOWN, "binary content"
-    gpu_kind = sniff_gpu_kind(head.decode("utf-8", errors="replace"))
+    text = head.decode("utf-8", errors="replace")
+    gpu_kind = sniff_gpu_kind(text)
     if gpu_kind is not None:
         return InputKind(gpu_kind), None
+    fabric_kind = sniff_fabric(text)
+    if fabric_kind is not None:
+        return fabric_kind, None
+    if sniff_dcgm(text):
+        return InputKind.DCGMI, None
+    if sniff_pcie(text):
+        return InputKind.LSPCI, None
     if KERNEL_LOG_NAME.search(lower):
         return InputKind.KERNEL_LOG, None
     if NCCL_DEBUG_NAME.search(lower) and len(NCCL_LINE.findall(head)) * 2 >= head.count(b"\n"):

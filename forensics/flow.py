@@ -32,7 +32,11 @@ from forensics.steps.common import Step
 from forensics.verdict import decide
 
 STILL_GOING = ("healthy", "slow")  # states that lose no work; every other one may have lost all since the last checkpoint
-TEXT_KINDS = (InputKind.RANK_LOG, InputKind.CONSOLE_LOG, InputKind.NCCL_LOG, InputKind.KERNEL_LOG)
+# Read as lines: logs, and the cluster tools' text outputs, whose readers work on those lines.
+TEXT_KINDS = (
+    InputKind.RANK_LOG, InputKind.CONSOLE_LOG, InputKind.NCCL_LOG, InputKind.KERNEL_LOG,
+    InputKind.LSPCI, InputKind.DCGMI, InputKind.IBSTAT, InputKind.NCCL_TESTS,
+)  # fmt: skip
 
 Progress = Callable[[str], None]
 

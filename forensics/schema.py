@@ -98,6 +98,10 @@ class InputKind(StrEnum):
     NVIDIA_SMI_DMON = "nvidia_smi_dmon"
     NVIDIA_SMI_TOPO = "nvidia_smi_topo"
     KERNEL_LOG = "kernel_log"  # dmesg, journalctl -k, kern.log, syslog
+    LSPCI = "lspci"  # lspci -vv
+    DCGMI = "dcgmi"  # dcgmi diag, dcgmi nvlink
+    IBSTAT = "ibstat"  # ibstat, ibstatus
+    NCCL_TESTS = "nccl_tests"  # all_reduce_perf and the other nccl-tests
     FLIGHT_RECORDER = "flight_recorder"
     ERROR_FILE = "error_file"  # torchelastic error.json
     METADATA = "metadata"  # expected.json, README: ours, not evidence

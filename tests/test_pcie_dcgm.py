@@ -165,3 +165,20 @@ def test_an_idle_gen1_link_alone_makes_no_verdict(tmp_path):
     analysis = analyze(tmp_path)
     assert analysis.verdict.category != "HARDWARE"
     assert analysis.incident.findings.filter(pl.col("pattern") == "FABRIC003")["severity"].to_list() == ["warning"]
+
+
+@pytest.mark.parametrize(
+    "sample, kind, table",
+    [
+        ("lspci_jan183_rtx4090_riser_gen1", "lspci", "pcie_links"),
+        ("dcgmi_dcgm198_nvlink_all_down", "dcgmi", "nvlink_status"),
+        ("ibstat_gpud482_down_polling", "ibstat", "ib_ports"),
+        ("nccltests_a3mega_2node_h100", "nccl_tests", "nccl_test_runs"),
+    ],
+)
+def test_each_cluster_tool_s_output_is_listed_as_what_it_is_whatever_its_name(tmp_path, sample, kind, table):
+    (source,) = [p for p in (FORMATS / sample).iterdir() if p.name != "SOURCE.md"]
+    shutil.copy(source, tmp_path / "node3.txt")
+    analysis = analyze(tmp_path)
+    assert analysis.incident.inputs.filter(pl.col("path") == "node3.txt")["kind"].to_list() == [kind]
+    assert not analysis.incident.tables[table].is_empty()

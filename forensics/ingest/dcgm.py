@@ -18,6 +18,8 @@ to the test above it; a state line belongs to the entry line above it.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from forensics.ingest.fabric import host_of_file
@@ -40,6 +42,11 @@ ROW = r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<value>[^|]*?)\s*\|\s*$"
 RESULT = r"^(?:GPU(?P<gpu>\d+):\s*)?(?P<result>Pass|Fail|Skip|Warn)\b"
 ENTRY = r"^\s*(?P<entity>gpuId|physicalId) (?P<id>\d+):\s*$"
 STATES = r"^\s*[UDX_](?:\s+[UDX_])*\s*$"
+
+
+def sniff_dcgm(head: str) -> bool:
+    """Whether a file's head is dcgmi diag or dcgmi nvlink output."""
+    return re.search(_FILE_MARK, head) is not None
 
 
 def parse_dcgm(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:

@@ -19,9 +19,11 @@ error magnitude (`2e-07`, older versions), read as no count.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
-from forensics.schema import conform, empty
+from forensics.schema import InputKind, conform, empty
 
 NCCL_TEST_DEVICES = {
     "file": pl.String, "line": pl.Int64, "run": pl.Int32, "rank": pl.Int32, "pid": pl.Int64, "host": pl.String,
@@ -55,6 +57,15 @@ _NUM = r"\s+([\d.]+|N/A)"
 SIZE_ROW = _PREFIX + r"\s*(\d+)\s+\d+\s+(\w+)(?:\s+(\w+))?(?:\s+-?\d+)?" + _NUM * 3 + r"\s+(\S+)" + _NUM * 3 + r"\s+(\S+)\s*$"
 AVG = _PREFIX + r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)"
 OUT_OF_BOUNDS = _PREFIX + r"#\s*Out of bounds values\s*:\s*(\d+)"
+
+
+def sniff_fabric(head: str) -> InputKind | None:
+    """nccl-tests or ibstat output, from a file's head; None for anything else."""
+    if re.search(HEADER, head, re.M) or re.search(AVG, head, re.M):
+        return InputKind.NCCL_TESTS
+    if re.search(r"^CA '", head, re.M):
+        return InputKind.IBSTAT
+    return None
 
 
 def parse_fabric(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:

@@ -34,6 +34,11 @@ CAP = r"LnkCap:\s*(?:Port #\d+,\s*)?" + _LINK
 STA = r"LnkSta:\s*" + _LINK
 
 
+def sniff_pcie(head: str) -> bool:
+    """Whether a file's head is lspci -vv output (a link status line)."""
+    return "LnkSta:" in head
+
+
 def parse_pcie(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """pcie_links (see the module docstring)."""
     text = pl.col("text")
