@@ -215,6 +215,20 @@ def _binary_problem(text: str) -> str | None:
 _Q_SECTIONS = 6  # deepest nesting level (4-space steps) a -q value sits at
 
 
+def _ecc_fields(section: str, sram_c: str, sram_u: str, parity: str, secded: str) -> dict[str, str]:
+    """ECC counter paths of both scopes and driver generations -> `ecc_{c|u}_{scope}_{name}` fields,
+    in one report's spelling (`-q` words with spaces, `-q -x` tags with underscores)."""
+    sep = "_" if "_" in section else " "
+    corrected = (sram_c, f"dram{sep}correctable", f"single{sep}bit/total")
+    uncorrected = (sram_u, parity, secded, f"dram{sep}uncorrectable", f"double{sep}bit/total")
+    return {
+        f"{section}/{scope}/{name}": f"ecc_{kind}_{scope}_{name}"
+        for scope in ("volatile", "aggregate")
+        for kind, names in (("c", corrected), ("u", uncorrected))
+        for name in names
+    }
+
+
 def _q_fields() -> dict[str, str]:
     """Lower-case section path of a -q value -> the field it feeds (both generations)."""
     fields = {
@@ -260,17 +274,9 @@ def _q_fields() -> dict[str, str]:
     for section in ("clocks event reasons", "clocks throttle reasons"):
         for key, reason in reason_keys.items():
             fields[f"{section}/{key}"] = f"reason_{reason}"
-    for scope in ("volatile", "aggregate"):
-        for key in ("sram correctable", "dram correctable", "single bit/total"):
-            fields[f"ecc errors/{scope}/{key}"] = f"ecc_c_{scope}_{key}"
-        for key in (
-            "sram uncorrectable",
-            "sram uncorrectable parity",
-            "sram uncorrectable sec-ded",
-            "dram uncorrectable",
-            "double bit/total",
-        ):
-            fields[f"ecc errors/{scope}/{key}"] = f"ecc_u_{scope}_{key}"
+    fields.update(
+        _ecc_fields("ecc errors", "sram correctable", "sram uncorrectable", "sram uncorrectable parity", "sram uncorrectable sec-ded")
+    )
     return fields
 
 
@@ -392,17 +398,9 @@ def _xml_fields() -> dict[str, str]:
         for tag, reason in (("hw_slowdown", "hw_slowdown"), ("hw_thermal_slowdown", "hw_thermal"), ("sw_thermal_slowdown", "sw_thermal"),
                             ("sw_power_cap", "sw_power_cap"), ("hw_power_brake_slowdown", "power_brake")):  # fmt: skip
             fields[f"clocks_{word}_reasons/clocks_{word}_reason_{tag}"] = f"reason_{reason}"
-    for scope in ("volatile", "aggregate"):
-        for tag in ("sram_correctable", "dram_correctable", "single_bit/total"):
-            fields[f"ecc_errors/{scope}/{tag}"] = f"ecc_c_{scope}_{tag}"
-        for tag in (
-            "sram_uncorrectable",
-            "sram_uncorrectable_parity",
-            "sram_uncorrectable_secded",
-            "dram_uncorrectable",
-            "double_bit/total",
-        ):
-            fields[f"ecc_errors/{scope}/{tag}"] = f"ecc_u_{scope}_{tag}"
+    fields.update(
+        _ecc_fields("ecc_errors", "sram_correctable", "sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded")
+    )
     return fields
 
 
