@@ -80,3 +80,40 @@ ABORTED_BROADCAST = """\
 def test_an_exception_out_of_a_collective_call_is_a_cascade_of_that_collective(tmp_path):
     found = classify_by_frames(_lines(tmp_path, ABORTED_BROADCAST), empty(FINDINGS))
     assert found.select("pattern", "category", "role", "rank").rows() == [("CTX006", "COLLECTIVE_TIMEOUT", "cascade", 6)]
+
+
+# mosaicml/composer#290: a checkpoint archive missing on load, raised in Composer's trainer/checkpoint.py.
+COMPOSER_LOAD = """\
+Traceback (most recent call last):
+  File "/workspace/src/composer/composer/trainer/checkpoint.py", line 198, in _download_checkpoint
+    with tarfile.open(rank_zero_checkpoint_archive_filepath) as tarball:
+  File "/usr/lib/python3.8/tarfile.py", line 1603, in open
+    return func(name, "r", fileobj, **kwargs)
+FileNotFoundError: [Errno 2] No such file or directory: '/tmp/tmpj8wdttfd/rank_0.it14000_8979.tar'
+"""
+
+# open-mmlab/mmdetection#12069: the paste ends inside mmengine's CheckpointHook.
+MMENGINE_SAVE_CUT = """\
+Traceback (most recent call last):
+  File "/mnt/wzh/miniconda3/envs/openmmlab/lib/python3.8/site-packages/mmengine/runner/runner.py", line 1839, in call_hook
+    getattr(hook, fn_name)(self, **kwargs)
+  File "/mnt/wzh/miniconda3/envs/openmmlab/lib/python3.8/site-packages/mmengine/hooks/checkpoint_hook.py", line 345, in after_train_epoch
+    self._save_checkpoint(runner)
+"""
+
+# Activation checkpointing is not checkpoint I/O: torch/utils/checkpoint.py re-runs the forward
+# (modelscope/ms-swift#4858's frames, the paste cut after them).
+RECOMPUTE_CUT = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/root/miniconda3/lib/python3.10/site-packages/torch/utils/checkpoint.py", line 1125, in unpack_hook
+[rank0]:     frame.recompute_fn(*args)
+[rank0]:   File "/root/miniconda3/lib/python3.10/site-packages/torch/utils/checkpoint.py", line 1507, in recompute_fn
+[rank0]:     with torch.random.fork_rng(
+"""
+
+
+def test_framework_checkpoint_modules_are_checkpoint_io_and_activation_checkpointing_is_not(tmp_path):
+    for text in (COMPOSER_LOAD, MMENGINE_SAVE_CUT):
+        findings = classify_by_frames(_lines(tmp_path, text), empty(FINDINGS))
+        assert findings["category"].to_list() == ["CHECKPOINT_IO"], text
+    assert classify_by_frames(_lines(tmp_path, RECOMPUTE_CUT), empty(FINDINGS)).is_empty()

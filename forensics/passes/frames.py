@@ -15,8 +15,13 @@ THREAD_HEADER = (
 # A frame line of either dumper: py-spy `    func (file.py:12)`, faulthandler `  File "file.py", line 12 in func`.
 STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \S+)\s*$"
 
+# Checkpoint I/O, never activation checkpointing (torch/utils/checkpoint.py, checkpoint_wrapper):
+# torch's own modules, the frameworks' checkpoint modules (mmengine's CheckpointHook, Composer's
+# trainer/checkpoint.py, Lightning's connector and ModelCheckpoint, DeepSpeed's checkpoint engine)
+# and any function that saves, loads, downloads or restores a checkpoint.
 CHECKPOINT_FRAMES = (
     r"torch/serialization\.py|torch/distributed/checkpoint/|dist_checkpointing/|safetensors"
-    r"|\b_{0,2}(?:save|load)_(?:zero_)?checkpoint\b|in _save\b"
+    r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/model_checkpoint\.py|checkpoint_engine/"
+    r"|\b_{0,2}(?:save|load|download|restore)_(?:zero_)?checkpoint\b|in _save\b"
 )
 DATALOADER_FRAMES = r"torch/utils/data/|in _worker_loop\b"
