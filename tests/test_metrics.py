@@ -366,3 +366,19 @@ def test_throughput_alone_is_not_training_progress():
     metrics = extract_metrics(lines_frame(["{'train_runtime': 326.3445, 'train_samples_per_second': 4.903}", "step 3 | loss 2.0"]))
     assert metrics.height == 2
     assert training_progress(metrics)["line"].to_list() == [2]
+
+
+@pytest.mark.parametrize(
+    "text, epoch",
+    [
+        # ultralytics/yolov5#2552: epoch, GPU memory, box/obj/cls/total losses, targets, image size, P, R, mAPs.
+        (
+            "     38/89     5.62G   0.02079  0.008967  0.000934   0.03069         6       640    0.9867    0.9858    0.9925    0.8195   0.01367  0.004131 0.0004072",
+            38,
+        ),
+        # A newer ultralytics (YOLOv8-style) row with its per-epoch bar on the same line.
+        ("      1/100      3.09G      3.413      4.199      3.863         13        640: 100% ━━━━━━━━━━━━ 588/588 3.6it/s 2:45", 1),
+    ],
+)
+def test_an_ultralytics_epoch_row_is_a_step(text, epoch):
+    assert extract_metrics(lines_frame([text]))["step"].to_list() == [epoch]

@@ -25,6 +25,9 @@ TRAINING_BAR = (
     r"^\s*(?:\[\w+\]:\s*|\d+:\s*)*(?:(?:Epoch \d+|steps|Training|train)\s*:\s*)?\d{1,3}%\|[^|]*\|\s*(\d+)/\d+\s*"
     r"\[[\d:]+<[\d:?]+,\s*[\d.?]+\s*(?:s/it|it/s)"
 )
+# Ultralytics YOLOv5/v8 epoch rows: `     38/89     5.62G   0.02079  0.008967 ...` (epoch/epochs, GPU
+# memory, then the losses, whose columns differ between versions and are not read).
+YOLO_EPOCH_ROW = r"^\s*(\d+)/\d+\s+\d+(?:\.\d+)?G\s+\d*\.\d+\s+\d*\.\d+"
 STEP = [
     r"\biteration\s+(\d+)\s*/",  # Megatron, NeMo 2
     r"\bglobal_step[=:]\s*(\d+(?:\.\d+)?(?:e\+\d+)?)",  # Lightning / NeMo bar (may be 3.2e+4)
@@ -35,6 +38,7 @@ STEP = [
     r"\bEpoch(?:\(train\))? ?\[\d+\]\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
+    YOLO_EPOCH_ROW,
     TRAINING_BAR,
 ]
 LOSS = [
@@ -103,7 +107,7 @@ MEMORY_RESERVED = [
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 # Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
 GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
-CANDIDATE = r"(?i)iter|step|tick|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch"
+CANDIDATE = r"(?i)iter|step|tick|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch|^\s*\d+/\d+\s+\d+(?:\.\d+)?G\s"
 
 
 def _first(patterns: list[str]) -> pl.Expr:
