@@ -79,7 +79,12 @@ def test_a_second_run_reuses_unchanged_incidents_and_redoes_a_changed_one(tmp_pa
 
 def test_an_incident_that_runs_out_of_time_or_memory_is_an_error_row_and_the_batch_goes_on(tmp_path):
     jobs, _ = _jobs(tmp_path)
-    for limits, error in [(Limits(timeout_s=0.05), "timed out"), (Limits(memory_bytes=32 << 20), "worker")]:
+    # Under a 32 MiB cap the worker usually dies importing polars, but its allocator may instead
+    # spin on failed mmaps: the wall-clock limit then ends it. Either way it is an error row.
+    for limits, errors in [
+        (Limits(timeout_s=0.05), ("timed out",)),
+        (Limits(timeout_s=30, memory_bytes=32 << 20), ("worker", "timed out")),
+    ]:
         rows = run_local(jobs, 2, lambda _: None, limits, force=True)
         assert [row["id"] for row in rows] == [job.incident_id for job in jobs]
-        assert all(error in (row["error"] or "") for row in rows), rows
+        assert all(any(e in (row["error"] or "") for e in errors) for row in rows), rows
