@@ -96,7 +96,7 @@ def test_every_file_is_listed_with_a_status(hostile):
         ("rank_1.log.gz", "partial", "truncated gzip"),
         ("rank_3.log.zst", "skipped", None),  # nothing recoverable from a corrupt frame
         ("rank_2.log", "parsed", None),
-        ("one_line.log", "parsed", None),
+        ("one_line.log", "partial", "1 line(s) longer than 65,536 characters: only their start is read"),
     ],
 )
 def test_status_of_each_hostile_file(hostile, path, status, problem):
@@ -137,3 +137,20 @@ def test_postmortem_quotes_the_injection_safely(hostile):
 def test_outside_code_helper_really_strips_code():
     sample = "keep <b>\n```text\n<script>\n```\nand `<script>` and ```` `` <script> ```` end"
     assert outside_code(sample) == "keep <b>\n\nand  and  end"
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip bomb"])
+def test_a_line_megabytes_long_is_read_only_to_its_start_and_said_so(tmp_path, compressed):
+    """One 32 MB line (a redrawn progress bar, a blob, a 31 KB gzip bomb): every pattern would scan it whole."""
+    from forensics.flow import load_incident
+    from forensics.ingest.rank_logs import MAX_LINE_CHARS
+
+    line = b"[rank0]: step 7 | loss 2.31 | " + b"}" * (32 << 20) + b"\n"
+    data = gzip.compress(line, compresslevel=9) if compressed else line
+    (tmp_path / "console.log").write_bytes(data)
+    (tmp_path / "rank_1.log").write_bytes(b"[rank1]: step 7 | loss 2.30\n")
+    incident = load_incident(tmp_path)
+    row = incident.inputs.filter(incident.inputs["path"] == "console.log").row(0, named=True)
+    assert row["status"] == "partial" and "1 line(s) longer than 65,536 characters" in row["problem"]
+    texts = incident.lines.filter(incident.lines["file"] == "console.log")["text"]
+    assert texts.str.len_chars().max() <= MAX_LINE_CHARS and texts[0].startswith("[rank0]: step 7 | loss 2.31")

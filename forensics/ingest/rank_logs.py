@@ -57,6 +57,7 @@ MIN_HOST_LINES = 3
 # Metric lines the whole incident keeps when its large files are condensed (see condense.py).
 METRIC_LINE_BUDGET = 200_000
 CHUNK_BYTES = 16 << 20  # a larger (or compressed) file is read and condensed this much at a time
+MAX_LINE_CHARS = 64 << 10  # of one line, what the patterns and passes read
 CONTEXT_LINES = BEFORE_HIT + AFTER_HIT  # the lines of one piece condensed again with the next
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
@@ -89,11 +90,13 @@ def _file_frame(root: Path, item: TextFile, keep: Keep, metric_lines: int) -> tu
         return empty({"line": pl.Int64, "raw": pl.String, "file": pl.String, "segment": pl.UInt32}), FileStatus(
             item.path, InputStatus.SKIPPED, f"unreadable: {exc.strerror or exc}"
         )
-    frame, replaced = _split(payload.data, first_line=1)
+    frame, replaced, too_long = _split(payload.data, first_line=1)
     problems = [payload.problem] if payload.problem else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
-    status = InputStatus.PARTIAL if payload.problem else InputStatus.PARSED
+    if too_long:
+        problems.append(_long_lines(too_long))
+    status = InputStatus.PARTIAL if payload.problem or too_long else InputStatus.PARSED
     data = payload.data
     cut = not data.endswith(b"\n") and bool(data.strip()) and not payload.problem
     n_lines = frame.height
@@ -110,10 +113,12 @@ def _chunked_frame(path: Path, item: TextFile, keep: Keep, metric_lines: int) ->
     near a boundary keeps its context on both sides; lines kept twice are kept once. A
     piece's share of the file's metric-line budget is its share of the file's stored bytes.
     """
-    kept, replaced, next_line, overlap, last, problem = [], 0, 1, None, b"", None
+    kept, replaced, too_long, next_line, overlap, last, problem = [], 0, 0, 1, None, b"", None
     for piece in read_pieces(path, CHUNK_BYTES):
-        frame, bad = _split(piece.data, next_line)
+        frame, bad, long = _split(piece.data, next_line)
         replaced += bad
+        continued = last not in (b"", b"\n")  # this piece's first row goes on the last piece's line
+        too_long += long - int(continued and long > 0 and frame["raw"].str.len_chars()[0] == MAX_LINE_CHARS)
         window = frame if overlap is None else pl.concat([overlap, frame])
         kept.append(condense(window, keep, max(1, int(metric_lines * piece.share)), head=next_line == 1, tail=piece.last))
         overlap = _copied(frame.tail(CONTEXT_LINES))
@@ -125,23 +130,35 @@ def _chunked_frame(path: Path, item: TextFile, keep: Keep, metric_lines: int) ->
     problems = [problem] if problem else []
     if replaced:
         problems.append(f"{replaced} invalid UTF-8 sequences replaced")
+    if too_long:
+        problems.append(_long_lines(too_long))
     frame = _finish(pl.concat(kept).unique("line", keep="first", maintain_order=True).sort("line"), item)
-    status = InputStatus.PARTIAL if problem else InputStatus.PARSED
-    cut = last != b"\n" and status == InputStatus.PARSED
+    status = InputStatus.PARTIAL if problem or too_long else InputStatus.PARSED
+    cut = last != b"\n" and not problem
     return frame, FileStatus(item.path, status, "; ".join(problems) or None, next_line - 1, cut, frame.height)
 
 
-def _split(data: bytes, first_line: int) -> tuple[pl.DataFrame, int]:
-    """(`line`, `raw`) rows of `data` numbered from `first_line`, and how many invalid UTF-8
-    sequences were replaced. Valid text (the usual case) goes to Polars as it is, which splits
-    it 5x faster than Python; a "\r" before a "\n" goes with it."""
+def _split(data: bytes, first_line: int) -> tuple[pl.DataFrame, int, int]:
+    """(`line`, `raw`) rows of `data` numbered from `first_line`, how many invalid UTF-8
+    sequences were replaced, and how many lines were longer than MAX_LINE_CHARS and keep only
+    that much. Valid text (the usual case) goes to Polars as it is, which splits it 5x faster
+    than Python; a "\r" before a "\n" goes with it. A line's first 64 Ki characters say what it
+    is; the rest of a megabytes-long one (a tqdm bar redrawn with "\r", a blob logged whole, a
+    decompression bomb) would only make every pattern scan it."""
     replaced = 0
     try:
         frame = pl.read_lines(data, name="raw")
     except pl.exceptions.ComputeError:
         text, replaced = decode(data)
         frame = pl.read_lines(text.encode(), name="raw")
-    return frame.with_row_index("line", offset=first_line).with_columns(pl.col("line").cast(pl.Int64)), replaced
+    too_long = frame.select((pl.col("raw").str.len_bytes() > MAX_LINE_CHARS).sum()).item()
+    if too_long:
+        frame = frame.with_columns(pl.col("raw").str.slice(0, MAX_LINE_CHARS))
+    return frame.with_row_index("line", offset=first_line).with_columns(pl.col("line").cast(pl.Int64)), replaced, too_long
+
+
+def _long_lines(count: int) -> str:
+    return f"{count} line(s) longer than {MAX_LINE_CHARS:,} characters: only their start is read"
 
 
 def _copied(frame: pl.DataFrame) -> pl.DataFrame:
