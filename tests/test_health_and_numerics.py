@@ -58,6 +58,24 @@ def test_a_training_bar_still_advancing_at_the_end_is_progress_and_a_stuck_bar_i
     assert health_proofs(stuck, extract_metrics(stuck), NO_FINDINGS).is_empty()
 
 
+ONE_LINE_OF_A_LONG_RUN = [  # one progress line pasted from a run far along, each from a public thread
+    "[2023-01-15 19:09:56,641] [INFO] [logging.py:68:log_dist] [Rank 0] step=2500, skipped=0, lr=[0.05], mom=[(0.9, 0.999)]",
+    " iteration       10/ 1000000 | consumed samples:           40 | elapsed time per iteration (ms): 356.2 | learning rate: 0.000E+00 |",
+    "2024-05-17 01:48:24,230 INFO [train.py:1034] (0/8) Epoch 1, batch 50, loss[loss=1.621, simple_loss=1.207, pruned_loss=1.377, ctc_loss=1.301, over 49372.00 frames. ], tot_loss[loss=3.721, simple_loss=3.037, pruned_loss=2.626, ctc_loss=2.074, over 2196903.96 frames. ], batch size: 138, lr: 2.48e-02, grad_scale: 0.125",
+]
+
+
+def test_one_progress_line_far_into_a_run_attests_the_steps_its_counter_shows():
+    # DeepSpeed (deepspeed#2302), Megatron (nccl#743), icefall (icefall#1628): the counter says the
+    # loop has turned 2500, 10, 50 times, and the excerpt ends on it.
+    for text in ONE_LINE_OF_A_LONG_RUN:
+        lines = lines_frame(["some setup output", text])
+        assert health_proofs(lines, extract_metrics(lines), NO_FINDINGS)["kind"].to_list() == ["progressing"], text
+    # Two steps from the start are not yet a run going on.
+    early = lines_frame([NANOGPT[0].replace("1639", "1"), NANOGPT[1].replace("1640", "2")])
+    assert health_proofs(early, extract_metrics(early), NO_FINDINGS).is_empty()
+
+
 def test_a_log_cut_mid_line_is_an_abrupt_stop_and_no_proof():
     lines = lines_frame(NANOGPT)
     stops = abrupt_stops(_inputs("rank_0.log", cut=True), lines, extract_metrics(lines), NO_FINDINGS)
@@ -215,6 +233,20 @@ def test_a_gradient_norm_far_above_its_recent_median_is_an_explosion_and_steady_
     assert found.select("pattern", "line", "category").rows() == [("METRIC003", 31, "NUMERICAL")]
     steady = lines_frame(texts[:30])
     assert _numerical(steady).is_empty()
+
+
+MMDET_BLOWN_UP = [  # open-mmlab/mmdetection#3446: the first two intervals already show absurd norms
+    "2020-07-31 22:40:50,985 - mmdet - INFO - Epoch [1][50/1749]\tlr: 1.978e-03, eta: 2:36:29, time: 1.807, data_time: 0.047, memory: 5280, loss_rpn_cls: 42030.6097, loss: 59307.8674, grad_norm: 3801898445783.2651",
+    "2020-07-31 22:42:19,569 - mmdet - INFO - Epoch [1][100/1749]\tlr: 3.976e-03, eta: 2:33:29, time: 1.772, data_time: 0.004, memory: 5280, loss_rpn_cls: 6671.9864, loss: 21082.3080, grad_norm: 40558643632.8485",
+]
+
+
+def test_a_gradient_norm_past_any_trained_network_s_is_an_explosion_without_calm_norms_before_it():
+    found = _numerical(lines_frame(MMDET_BLOWN_UP))
+    assert found.select("pattern", "line").rows() == [("METRIC003", 1)]
+    # icefall's scaled grad-norm quartiles reach 1.5e4 in a healthy run (icefall#1628): not absurd.
+    healthy = [line.replace("3801898445783.2651", "15403.2").replace("40558643632.8485", "9881.758") for line in MMDET_BLOWN_UP]
+    assert _numerical(lines_frame(healthy)).is_empty()
 
 
 def test_progress_counts_steps_since_the_step_counter_last_went_back(incident):

@@ -8,11 +8,12 @@ Notes:
     - last_step: a progress line `N/M` (Megatron `iteration N/ M`, `step N/M`) carrying
       training metrics, whose N reached M;
     - progressing: every stream (file, rank) that logs training metrics still logs them
-      in its last PROGRESS_TAIL lines, has logged at least MIN_PROGRESS_STEPS distinct
-      steps since its step counter last went back (metric lines, where they carry no
-      step number), and no stream was cut
-      mid-line or stopped short of the total it announced. A pasted excerpt of a live,
-      healthy run proves this much; two steps are not yet a run going on.
+      in its last PROGRESS_TAIL lines, has turned at least MIN_PROGRESS_STEPS steps since
+      its step counter last went back (the distinct steps logged, or with no reset in
+      view the counter's value; metric lines, where they carry no step number), and no stream was cut mid-line or
+      stopped short of the total it announced. A pasted excerpt of a live, healthy run
+      proves this much (one `step=2500` line attests 2500 steps turned); two steps from
+      the start are not yet a run going on.
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
     without a word:
     - STOP001 a text file whose last line has no newline: its writer died mid-line;
@@ -111,8 +112,12 @@ def abrupt_stops(
 
 
 def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Per stream: distinct steps since its step counter last went back (a restart, or an
-    epoch-local counter after a global one), or its metric lines where none carries a step."""
+    """Per stream: steps turned since its step counter last went back (a restart, or an
+    epoch-local counter after a global one): the distinct steps logged after a reset; with no
+    reset in view and a last step logged once, the counter's value where it is higher (a
+    resumed run's counter starts at its checkpoint, so after a visible restart only the steps
+    seen count; a bar re-drawn at one count is stuck); its metric lines where none carries a
+    step."""
     reset = (pl.col("step") < pl.col("step").shift(1)).fill_null(False)
     stepped = (
         metrics.filter(pl.col("step").is_not_null())
@@ -120,7 +125,11 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
         .with_columns(_run=reset.cum_sum().over(STREAM, order_by="line"))
         .filter(pl.col("_run") == pl.col("_run").max().over(STREAM))
         .group_by(STREAM)
-        .agg(steps=pl.col("step").n_unique())
+        .agg(
+            steps=pl.when((pl.col("_run").first() == 0) & ((pl.col("step") == pl.col("step").last()).sum() == 1))
+            .then(pl.max_horizontal(pl.col("step").n_unique(), pl.col("step").max()))
+            .otherwise(pl.col("step").n_unique())
+        )
     )
     unstepped = metrics.group_by(STREAM).agg(steps=pl.len(), _any=pl.col("step").is_not_null().any()).filter(~pl.col("_any"))
     return pl.concat([stepped, unstepped.drop("_any")], how="vertical_relaxed")

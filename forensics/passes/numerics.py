@@ -18,7 +18,9 @@ Notes:
       by framework (DeepSpeed and torch's GradScaler 2^16, fairseq 128, icefall 1.0), so
       the absolute floor is far below any of them.
     - grad_explosion (METRIC003): a finite gradient norm EXPLOSION times the median of
-      the same stream's TRAIL norms before it (at least MIN_TRAIL of them).
+      the same stream's TRAIL norms before it (at least MIN_TRAIL of them), or at least
+      ABSURD_GRAD_NORM whatever came before: an excerpt that starts after the blow-up has
+      no calm norms to compare with, and no trained network's gradient is that large.
     - loss_spike (METRIC004, info): a loss at least SPIKE_RISE above the median of its
       TRAIL predecessors, and at least SPIKE_Z robust z-scores (median/MAD of the stream's
       relative step-to-step changes) out: an anomaly worth a look, not a failure.
@@ -51,6 +53,7 @@ from forensics.schema import FINDINGS, conform, empty
 COLLAPSED_SCALE = 2.0**-6  # 64x below the lowest start (icefall 1.0): the gradients overflow fp16 even scaled down
 SCALE_DROP = 2.0**12
 EXPLOSION = 100.0
+ABSURD_GRAD_NORM = 1e8  # healthy runs in the corpus log norms up to ~1e4 (icefall's scaled ones)
 TRAIL = 20
 MIN_TRAIL = 5
 SPIKE_RISE = 0.5
@@ -75,7 +78,11 @@ NUMERICS = {
 KINDS = {
     "non_finite": ("METRIC001", "The logged {field} turned NaN/Inf", "critical"),
     "loss_scale_collapse": ("METRIC002", "The fp16 loss scale collapsed (overflow after overflow)", "critical"),
-    "grad_explosion": ("METRIC003", f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median)", "error"),
+    "grad_explosion": (
+        "METRIC003",
+        f"The gradient norm exploded (over {EXPLOSION:.0f}x its recent median, or past {ABSURD_GRAD_NORM:,.0f})",
+        "error",
+    ),
     "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
     "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
     "loss_explosion": ("METRIC009", f"The loss exploded (over {EXPLODED:,.0f}x its lowest earlier value)", "error"),
@@ -126,7 +133,7 @@ def _trailing_median(column: str) -> pl.Expr:
 
 def grad_explosion(metrics: pl.DataFrame) -> pl.DataFrame:
     norms = _segmented(metrics.filter(pl.col("grad_norm").is_finite())).with_columns(trailing=_trailing_median("grad_norm"))
-    exploded = norms.filter(pl.col("grad_norm") > EXPLOSION * pl.col("trailing"))
+    exploded = norms.filter((pl.col("grad_norm") > EXPLOSION * pl.col("trailing")) | (pl.col("grad_norm") >= ABSURD_GRAD_NORM))
     return _anomalies(exploded, "grad_explosion", "grad_norm", pl.col("trailing"))
 
 
