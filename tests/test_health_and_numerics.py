@@ -249,6 +249,61 @@ def test_a_gradient_norm_past_any_trained_network_s_is_an_explosion_without_calm
     assert _numerical(lines_frame(healthy)).is_empty()
 
 
+LITGPT_JUMP = [  # Lightning-AI/litgpt#628: a full finetune whose loss jumps at iter 1152 and stays up
+    "iter 1151 step 144: loss 1.7019, iter time: 1106.53ms (optimizer.step)",
+    "iter 1152 step 144: loss 11.4630, iter time: 1260.82ms",
+    "iter 1153 step 144: loss 11.7545, iter time: 1109.35ms",
+    "iter 1154 step 144: loss 11.5019, iter time: 901.24ms",
+    "iter 1155 step 144: loss 11.4807, iter time: 1019.36ms",
+    "iter 1156 step 144: loss 12.1935, iter time: 978.51ms",
+    "iter 1157 step 144: loss 10.0220, iter time: 1022.02ms",
+]
+
+
+def test_a_loss_that_jumps_several_fold_and_stays_up_is_numerical_and_a_spike_that_recovers_is_not():
+    found = _numerical(lines_frame(LITGPT_JUMP))
+    assert found.select("pattern", "line").rows() == [("METRIC011", 2)]
+    recovered = LITGPT_JUMP[:3] + [
+        line.replace("loss 11.50", "loss 1.650").replace("loss 11.48", "loss 1.648") for line in LITGPT_JUMP[3:5]
+    ]
+    recovered += [LITGPT_JUMP[0].replace("iter 1151", "iter 1158"), LITGPT_JUMP[0].replace("iter 1151", "iter 1159")]
+    assert "METRIC011" not in _numerical(lines_frame(recovered))["pattern"].to_list()
+    # Too few logs after the jump to say it stayed.
+    assert _numerical(lines_frame(LITGPT_JUMP[:4])).is_empty()
+
+
+OLMO_STEPS = [  # allenai/OLMo#692: OLMo's metric block, one value per line under the step header
+    "2024-08-06 09:59:26.181 intern-studio-160750:0  olmo.train:908  INFO    [step=1/739328,epoch=0]",
+    "    optim/total_grad_norm=231.7",
+    "    train/CrossEntropyLoss=12.18",
+    "2024-08-06 10:00:05.520 intern-studio-160750:0  olmo.train:908  INFO    [step=2/739328,epoch=0]",
+    "    optim/total_grad_norm=0.0002",
+    "    train/CrossEntropyLoss=1.7872662283480167e-06",
+    "2024-08-06 10:00:44.815 intern-studio-160750:0  olmo.train:908  INFO    [step=3/739328,epoch=0]",
+    "    optim/total_grad_norm=7.725906669975302e-08",
+    "    train/CrossEntropyLoss=0.0",
+]
+NANOTRON = [  # huggingface/nanotron#390: nanotron's iteration line
+    "10/17/2025 16:31:56 [INFO|DP=0|PP=0|TP=0]: iteration: 327281 / 378950 | consumed_tokens: 85.8G | elapsed_time_per_iteration_ms: 11.5K | tokens_per_sec: 22.8K | tokens_per_sec_per_gpu: 11.4K | global_batch_size: 64 | lm_loss: 2.38 | lr: 1e-05 |",
+]
+
+
+def test_olmo_and_nanotron_lines_give_their_losses_and_steps():
+    olmo = extract_metrics(lines_frame(OLMO_STEPS))
+    assert olmo.drop_nulls("loss")["loss"].to_list() == [12.18, 1.7872662283480167e-06, 0.0]
+    assert olmo.drop_nulls("step")["step"].to_list() == [1, 2, 3]
+    nanotron = extract_metrics(lines_frame(NANOTRON))
+    assert nanotron.select("step", "loss").rows() == [(327281, 2.38)]
+
+
+def test_a_loss_that_falls_to_effectively_zero_in_one_interval_is_a_collapse():
+    found = _numerical(lines_frame(OLMO_STEPS))
+    assert ("METRIC010", 6) in found.select("pattern", "line").rows()
+    # A loss that creeps down to 0.3 is training, not a collapse.
+    slow = [line.replace("1.7872662283480167e-06", "0.41").replace("=0.0", "=0.30") for line in OLMO_STEPS]
+    assert "METRIC010" not in _numerical(lines_frame(slow))["pattern"].to_list()
+
+
 def test_progress_counts_steps_since_the_step_counter_last_went_back(incident):
     # rwth-i6/returnn#1485: a global step on the epoch line, then two epoch-local steps from four
     # workers. Two steps are not yet a run going on, whatever the global counter said.

@@ -29,7 +29,7 @@ TRAINING_BAR = (
 # memory, then the losses, whose columns differ between versions and are not read).
 YOLO_EPOCH_ROW = r"^\s*(\d+)/\d+\s+\d+(?:\.\d+)?G\s+\d*\.\d+\s+\d*\.\d+"
 STEP = [
-    r"\biteration\s+(\d+)\s*/",  # Megatron, NeMo 2
+    r"\biteration:?\s+(\d+)\s*/",  # Megatron, NeMo 2 `iteration 10/`, nanotron `iteration: 327284 / 378950`
     r"\bglobal_step[=:]\s*(\d+(?:\.\d+)?(?:e\+\d+)?)",  # Lightning / NeMo bar (may be 3.2e+4)
     r"(?i)\bstep(?:[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`
     r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
@@ -46,7 +46,9 @@ LOSS = [
     r"\breduced_train_loss[=:]\s*" + NUMBER,
     r"'loss': '?" + NUMBER,
     r"(?i)\bloss[=:]\s*" + NUMBER,
-    r"\b(?:avr|avg|train|running|mean|total)_loss[=:]\s*" + NUMBER,  # sd-scripts tqdm `avr_loss=nan`; never val_/eval_loss
+    r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
+    + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
+    r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
 ]
 GRAD_NORM = [r"\bgrad[ _]norm[=:]?\s*" + NUMBER, r"'grad_norm': '?" + NUMBER]

@@ -29,11 +29,16 @@ Notes:
       times its best value so far, having lost at least half the progress made from
       its start, and never comes back below that line to the end of the stream (at least
       PERSIST points): training is undoing itself without a single NaN.
-    - loss_collapse (METRIC010): the loss drops from at least ZERO_FROM straight to exactly
-      zero and stays there for ZERO_POINTS logs or more. No real objective reaches an exact
-      zero from there in one logging interval: the loss is no longer being computed (every
-      step skipped on fp16 overflow, every label masked, a NaN turned to zero). Cites the
-      first zero; the reference is the loss before it.
+    - loss_collapse (METRIC010): the loss drops from at least ZERO_FROM straight to zero (at
+      most ZERO_LOSS either side) and stays there for ZERO_POINTS logs or more. No real
+      objective gets there from that height in one logging interval: the loss is no longer
+      being computed from the data (every step skipped on fp16 overflow, every label masked,
+      a NaN turned to zero, labels leaked into the inputs). Cites the first zero; the
+      reference is the loss before it.
+    - loss_jump (METRIC011): a positive loss JUMP times the median of its TRAIL predecessors
+      (one suffices) that never again comes below STAY times that median, over at least
+      PERSIST more logs to the end of the stream: a level shift the run does not recover
+      from, which an excerpt too short for `divergence` still shows.
     - plateau (METRIC008, info): a stream logged from the start of training (first step
       at most PLATEAU_FIRST_STEP) over at least PLATEAU_POINTS losses whose smoothed loss
       never fell PLATEAU_LEARNED below its start: the model is not learning (learning rate
@@ -65,7 +70,10 @@ MIN_LOSS_POINTS = 10
 EXPLODED = 1_000.0  # a loss this many times its lowest earlier value has blown up, however few points show it
 MIN_EXPLOSION_LOSS = 100.0  # and is large in absolute terms: no aux loss of 1e-5 rising to 0.01 counts
 ZERO_FROM = 1.0
+ZERO_LOSS = 1e-4
 ZERO_POINTS = 2
+JUMP = 3.0
+STAY = 2.0
 PLATEAU_POINTS = 40
 PLATEAU_FIRST_STEP = 10
 PLATEAU_LEARNED = 0.05
@@ -86,7 +94,8 @@ KINDS = {
     "loss_spike": ("METRIC004", "The loss spiked far above its recent median", "info"),
     "divergence": ("METRIC005", "The loss diverged: it climbed back up and stayed up", "error"),
     "loss_explosion": ("METRIC009", f"The loss exploded (over {EXPLODED:,.0f}x its lowest earlier value)", "error"),
-    "loss_collapse": ("METRIC010", "The loss dropped straight to exactly zero and stayed there", "error"),
+    "loss_collapse": ("METRIC010", "The loss dropped straight to zero and stayed there", "error"),
+    "loss_jump": ("METRIC011", f"The loss jumped {JUMP:.0f}x its recent median and stayed up", "error"),
     "plateau": ("METRIC008", "The loss has not improved since the start (plateau)", "info"),
     "replica_divergence": ("METRIC007", "Loss departed from the other ranks' and stayed apart (replicas disagree)", "error"),
 }
@@ -198,12 +207,27 @@ def loss_explosion(metrics: pl.DataFrame) -> pl.DataFrame:
 def loss_collapse(metrics: pl.DataFrame) -> pl.DataFrame:
     segment = [*STREAM, "segment"]
     losses = _segmented(metrics.filter(pl.col("loss").is_finite()))
-    zero = pl.col("loss") == 0
+    zero = pl.col("loss").abs() <= ZERO_LOSS
     run = (zero != zero.shift(1)).fill_null(True).cum_sum().over(segment)
     scored = losses.with_columns(before=pl.col("loss").shift(1).over(segment), run=run)
     zeros = scored.filter(zero).with_columns(length=pl.len().over([*segment, "run"]))
     onset = zeros.filter((pl.col("before") >= ZERO_FROM) & (pl.col("length") >= ZERO_POINTS))
     return _anomalies(onset, "loss_collapse", "loss", pl.col("before"))
+
+
+def loss_jump(metrics: pl.DataFrame) -> pl.DataFrame:
+    segment = [*STREAM, "segment"]
+    losses = _segmented(metrics.filter(pl.col("loss").is_finite() & (pl.col("loss") > 0)))
+    trailing = pl.col("loss").shift(1).rolling_median(window_size=TRAIL, min_samples=1).over(segment)
+    lowest_from_here = pl.col("loss").reverse().cum_min().reverse().over(segment)
+    left = (pl.len() - pl.int_range(pl.len())).over(segment)  # this log and those after it
+    scored = losses.with_columns(trailing=trailing, lowest_from_here=lowest_from_here, left=left)
+    jumped = scored.filter(
+        (pl.col("loss") >= JUMP * pl.col("trailing"))
+        & (pl.col("lowest_from_here") >= STAY * pl.col("trailing"))
+        & (pl.col("left") > PERSIST)
+    )
+    return _anomalies(jumped, "loss_jump", "loss", pl.col("trailing"))
 
 
 def plateau(metrics: pl.DataFrame) -> pl.DataFrame:
@@ -241,8 +265,8 @@ def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     if metrics.is_empty():
         return pl.DataFrame(schema=NUMERICS)
     detectors = (
-        non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, loss_explosion, loss_collapse, plateau,
-        replica_divergence,
+        non_finite, loss_scale_collapse, grad_explosion, loss_spikes, divergence, loss_explosion, loss_collapse, loss_jump,
+        plateau, replica_divergence,
     )  # fmt: skip
     return pl.concat([detect(metrics) for detect in detectors]).sort("file", "line", "kind")
 
