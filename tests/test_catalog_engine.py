@@ -166,3 +166,14 @@ def test_the_watchdog_wrapping_an_unknown_cuda_error_is_classified_by_what_it_wr
     verdict = analyze(write_files(tmp_path, {"console.log": line + "\n"})).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("CUDA_ERROR", [3])
     assert "timeout" not in verdict.summary.lower()
+
+
+def test_an_error_its_handler_ignored_is_an_event_and_the_same_error_unhandled_is_not():
+    # An open_clip run pasted in SuperClass#11: webdataset's warn_and_continue handler.
+    handled = [
+        "2024-11-28,04:40:24 | WARNING | Handling webdataset error (OSError('image file is truncated (12 bytes not processed)')). Ignoring.",
+        "2024-11-28,04:46:47 | WARNING | Handling webdataset error (OSError('image file is truncated (22 bytes not processed)')). Ignoring.",
+    ]
+    raised = ["OSError: image file is truncated (5 bytes not processed)"]
+    found = match_catalog(lines_frame(handled + raised), load_catalog()).filter(pl.col("pattern") == "DATA013")
+    assert found.select("line", "role", "severity").rows() == [(1, "event", "info"), (2, "event", "info"), (3, "initiating", "error")]

@@ -17,6 +17,10 @@ import polars as pl
 from forensics.catalog.load import Pattern
 from forensics.schema import FINDINGS, conform, empty
 
+# A handler's report that it caught the error and went on: webdataset's warn_and_continue
+# `Handling webdataset error (OSError('image file is truncated ...')). Ignoring.`
+HANDLED = r"\)\)?\. (?:Ignoring|Skipping)(?: it)?\.\s*$"
+
 
 def prefilter(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFrame:
     """Lines that contain at least one literal of at least one pattern."""
@@ -64,7 +68,8 @@ def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFr
     A generic pattern's finding is dropped on a line that a specific pattern explains:
     the family speaks only for messages the catalog has never seen. A specific event
     explains a line for a generic event only; a failure family still speaks on a line
-    that a specific pattern merely notes as an event.
+    that a specific pattern merely notes as an event. A match on a line whose handler says
+    it ignored the error and went on (HANDLED) is kept as an event: nothing stopped there.
     """
     candidates = prefilter(lines, patterns)
     if candidates.is_empty():
@@ -79,4 +84,9 @@ def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFr
         families = found.filter(is_generic).join(by_failure, on=["file", "line"], how="anti")
         generic_events = families.filter(pl.col("role") == "event").join(by_event, on=["file", "line"], how="anti")
         found = pl.concat([specific, families.filter(pl.col("role") != "event"), generic_events])
+    handled = pl.col("text").str.contains(HANDLED)
+    found = found.with_columns(
+        role=pl.when(handled).then(pl.lit("event")).otherwise("role"),
+        severity=pl.when(handled).then(pl.lit("info")).otherwise("severity"),
+    )
     return found.sort(["file", "line", "pattern"])
