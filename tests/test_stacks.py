@@ -30,6 +30,15 @@ PY_SPY_ASYNC_SAVE = [  # NVIDIA/Megatron-LM#2422: the main thread joins the asyn
     'Thread 38606 (idle): "Thread-2 (_pin_memory_loop)"',
     "    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:52)",
 ]
+PY_SPY_FAIRSEQ = [  # facebookresearch/fairseq#4816: older py-spy (hex thread id), rank 0 waits on its data iterator
+    'Thread 0x7FA6E7C01740 (idle): "MainThread"',
+    "    wait (threading.py:302)",
+    "    get (queue.py:170)",
+    "    __next__ (fairseq/data/iterators.py:648)",
+    "    __iter__ (fairseq/data/iterators.py:59)",
+    "    _chunk_iterator (fairseq/data/iterators.py:528)",
+    "    train (fairseq_cli/train.py:274)",
+]
 # fixtures/incidents/rank_data_hang_faulthandler: faulthandler on torchrun's SIGTERM, through --tee.
 FAULTHANDLER_TEE = [
     "[default2]:Current thread 0x00007f7b2bbc3b80 (most recent call first):",
@@ -138,3 +147,11 @@ def test_the_one_rank_not_waiting_in_a_collective_is_the_odd_one_out(incident):
     # Two ranks off the collective: nothing says which one the others wait for.
     two_odd = _dump(0, IN_ALL_REDUCE) + _dump(1, IN_ALL_REDUCE) + _dump(3, IN_TRAIN) + _dump(2, IN_TRAIN)
     assert analyze(incident({"console.log": "\n".join(two_odd) + "\n"})).verdict.culprit_ranks == []
+
+
+def test_a_thread_in_a_framework_s_data_iterator_waits_for_data_whatever_the_py_spy_version():
+    found = stack_waits(lines_frame(PY_SPY_FAIRSEQ))
+    assert found.select("pattern", "line", "category").rows() == [("STACK001", 4, "DATA_PIPELINE")]
+    # The same thread header with its main thread in an all_reduce waits in a collective instead.
+    collective = [PY_SPY_FAIRSEQ[0], "    all_reduce (torch/distributed/distributed_c10d.py:1536)", "    train (fairseq_cli/train.py:274)"]
+    assert stack_waits(lines_frame(collective))["pattern"].to_list() == ["STACK003"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 # A Python traceback frame: `  File "train.py", line 12, in main` (faulthandler: `line 12 in main`).
 FRAME = r'File "[^"]+", line \d+'
 # Both may follow a launcher's `[rank3]:` / `[default3]:` prefix.
-# The header of one thread in a live dump: py-spy `Thread 120142 (idle): "MainThread"`,
+# The header of one thread in a live dump: py-spy `Thread 120142 (idle): "MainThread"` (older
+# py-spy `Thread 0x7FA6E7C01740 (idle): "MainThread"`),
 # faulthandler `Thread 0x00007f… (most recent call first):` / `Current thread 0x… (…):`.
 THREAD_HEADER = (
-    r"(?:^|\]:)\s*(?:Thread \d+ \(\w+\)(?:: \"[^\"]*\")?"
+    r"(?:^|\]:)\s*(?:Thread (?:\d+|0x[0-9a-fA-F]+) \(\w+\)(?:: \"[^\"]*\")?"
     r"|(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):)\s*$"
 )
 # A frame line of either dumper: py-spy `    func (file.py:12)`, faulthandler `  File "file.py", line 12 in func`.

@@ -8,8 +8,9 @@ Notes:
     `    func (path.py:123)`, faulthandler `  File "path.py", line 123 in func`. The line
     splitter already groups a header with its indented frames into one block.
     A thread's frames say what it waited for, first matching context wins:
-    - STACK001 (DATA_PIPELINE, initiating): waiting for a DataLoader batch; the workers
-      are stuck or dead and the step cannot start;
+    - STACK001 (DATA_PIPELINE, initiating): waiting for a DataLoader batch, or in the
+      `__next__` of a framework's data iterator; the workers are stuck or dead and the
+      step cannot start;
     - STACK002 (CHECKPOINT_IO, initiating): inside checkpoint save/load code;
     - STACK003 (COLLECTIVE_TIMEOUT, cascade): waiting in a collective or barrier, which
       is what the victims of a hang do while they wait for the one rank that is not there.
@@ -45,7 +46,9 @@ WAITS = [
         "DATA_PIPELINE",
         "initiating",
         "Stack dump: the training thread was waiting for a DataLoader batch",
-        r"torch/utils/data/dataloader\.py",  # the consumer's side; the pin-memory thread always idles
+        # The consumer's side (the pin-memory thread always idles), or a framework's own batch
+        # iterator under a `data` package waiting for its loader (fairseq's BufferedIterator).
+        r"torch/utils/data/dataloader\.py|__next__ \(\S*\bdata/\S+\.py:\d+\)|\bdata/\S+\.py\", line \d+ in __next__\b",
     ),
     (
         "STACK003",
