@@ -507,3 +507,21 @@ def test_a_loss_that_reaches_zero_gradually_or_once_has_not_collapsed():
     once = ZERO_AFTER_T5[:2] + ["{'loss': 5.9811, 'learning_rate': 0.001, 'epoch': 0.06}"]
     for posted in (overfit, once):
         assert numerics_table(extract_metrics(lines_frame(posted))).filter(pl.col("kind") == "loss_collapse").is_empty()
+
+
+FAIRSCALE_ASSERT = [  # facebookresearch/fairscale#571: a bare assert fails inside FSDP's lazy init
+    '  File "/home/developer/miniconda/envs/pth17/lib/python3.7/site-packages/fairscale/nn/data_parallel/fully_sharded_data_parallel.py", line 636, in _lazy_init',
+    "    self._init_param_attributes(p)",
+    '  File "/home/developer/miniconda/envs/pth17/lib/python3.7/site-packages/fairscale/nn/data_parallel/fully_sharded_data_parallel.py", line 698, in _init_param_attributes',
+    '    assert p._fp32_shard.device == torch.device("cpu")',
+    "AssertionError",
+]
+
+
+def test_a_traceback_ending_in_a_bare_exception_name_crashed_and_its_asserted_device_names_the_category(incident):
+    verdict = analyze(incident({"console.log": "\n".join(FAIRSCALE_ASSERT) + "\n"})).verdict
+    assert (verdict.category, verdict.state) == ("DEVICE_MISMATCH", "crashed")
+    # An assertion about something else is a crash no signature explains, still a crash.
+    other = [line.replace('p._fp32_shard.device == torch.device("cpu")', "len(params) == 1") for line in FAIRSCALE_ASSERT]
+    verdict = analyze(incident({"console.log": "\n".join(other) + "\n"})).verdict
+    assert (verdict.category, verdict.state) == ("UNKNOWN", "crashed")
