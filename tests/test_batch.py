@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
 import polars as pl
 from typer.testing import CliRunner
 
+from forensics.batch.fleet import index_frame, render_fleet
+from forensics.batch.lemons import gpu_blame, host_blame
 from forensics.batch.run import Limits, find_incidents, incident_id, plan, run_local
 from forensics.cli import app
 
@@ -88,3 +91,64 @@ def test_an_incident_that_runs_out_of_time_or_memory_is_an_error_row_and_the_bat
         rows = run_local(jobs, 2, lambda _: None, limits, force=True)
         assert [row["id"] for row in rows] == [job.incident_id for job in jobs]
         assert all(any(e in (row["error"] or "") for e in errors) for row in rows), rows
+
+
+def test_incidents_are_the_folders_that_hold_files_at_any_depth_of_an_archive(tmp_path):
+    root = tmp_path / "archive"
+    for folder in ("2024/05/job-1", "2024/05/job-1/traces", "2025/job-2", "job-3", ".trash/job-4"):
+        (root / folder).mkdir(parents=True)
+    for file in (
+        "2024/05/job-1/rank_0.log",
+        "2024/05/job-1/traces/rank_0.json",
+        "2025/job-2/rank_0.log",
+        "job-3/dmesg.txt",
+        ".trash/job-4/x.log",
+    ):
+        (root / file).write_text("hello\n")
+    (root / "2026").mkdir()  # an empty archive level is an incident with no files, said in its row
+    found = find_incidents([root])
+    assert [p.relative_to(root).as_posix() for p in found] == ["2024/05/job-1", "2025/job-2", "2026", "job-3"]
+    assert [job.incident_id for job in plan([root], tmp_path / "out")] == ["2024_05_job-1", "2025_job-2", "2026", "job-3"]
+    # One incident folder given as the root is that incident, its traces/ included.
+    assert find_incidents([root / "2024/05/job-1"]) == [root / "2024/05/job-1"]
+
+
+def _planted_fleet(seed: int = 7) -> list[dict]:
+    """300 failures on 40 hosts, four hosts per job and one of them blamed at random; except that
+    `gpu-17` is blamed in most failures it takes part in."""
+    rng = random.Random(seed)
+    hosts = [f"gpu-{i:02d}" for i in range(40)]
+    rows = []
+    for n in range(300):
+        job_hosts = rng.sample(hosts, 4)
+        culprit = "gpu-17" if "gpu-17" in job_hosts and rng.random() < 0.8 else rng.choice(job_hosts)
+        rows.append(
+            {
+                "id": f"job-{n:03d}", "path": f"/a/job-{n:03d}", "category": rng.choice(["HARDWARE", "NETWORK", "CUDA_ERROR"]),
+                "state": "crashed", "confidence": 0.9, "summary": "", "culprit_ranks": [0], "culprit_hosts": [culprit],
+                "culprit_gpus": [f"{culprit}:0000:3b:00.0"] if culprit == "gpu-17" else [], "hosts": job_hosts,
+                "signature": "HW002" if culprit == "gpu-17" else "NCCL001", "world_size": 32,
+                "start": f"2025-{1 + n % 12:02d}-{1 + n % 28:02d}T{n % 24:02d}:00:00Z",
+            }
+        )  # fmt: skip
+    return rows
+
+
+def test_a_host_blamed_far_more_often_than_its_share_is_a_lemon_and_the_others_are_within_chance():
+    blame = host_blame(index_frame(_planted_fleet()))
+    lemons = blame.filter(pl.col("lemon"))["host"].to_list()
+    assert lemons == ["gpu-17"]
+    top = blame.row(0, named=True)
+    assert top["host"] == "gpu-17" and top["blamed"] > 3 * top["expected"]
+    assert gpu_blame(index_frame(_planted_fleet()))["gpu"].to_list() == ["gpu-17:0000:3b:00.0"]
+    # With no planted host, nobody is a lemon.
+    fair = [row | {"culprit_hosts": [row["hosts"][0]], "culprit_gpus": []} for row in _planted_fleet()]
+    assert host_blame(index_frame(fair)).filter(pl.col("lemon")).is_empty()
+
+
+def test_fleet_md_names_the_lemon_and_the_recurring_signatures():
+    fleet = render_fleet(index_frame(_planted_fleet()))
+    assert "## Recurring signatures" in fleet and "`HW002`" in fleet
+    lemon_row = next(line for line in fleet.splitlines() if line.startswith("| gpu-17 |"))
+    assert "**lemon**" in lemon_row
+    assert "## GPUs that keep failing" in fleet and "gpu-17:0000:3b:00.0" in fleet

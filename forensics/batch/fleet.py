@@ -1,21 +1,25 @@
 """The fleet view over many incidents: index.parquet and fleet.md.
 
-What fails most (categories of failures; healthy runs are counted apart), which hosts keep
-failing (culprit hosts in two or more incidents), and when: incidents per month and
-category, the intervals between failures (MTBF, regular or bursty) and whether they
-cluster at some hours of the day (`time_patterns`).
+What fails most (categories of failures; healthy runs are counted apart), the signatures
+that recur, which hosts and GPUs keep failing against what chance explains (`lemons`), and
+when: incidents per month and category, the intervals between failures (MTBF, regular or
+bursty) and whether they cluster at some hours of the day (`time_patterns`).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from forensics.batch.lemons import MAX_CHANCE, gpu_blame, host_blame
 from forensics.batch.run import INDEX_COLUMNS
 from forensics.batch.time_patterns import MIN_DATED, WINDOW_HOURS, failure_intervals, failures, hour_of_day_cluster
 from forensics.report.markup import cell, code, table
+
+HOSTS_SHOWN = 10  # and every lemon
 
 INDEX_SCHEMA = {
     "id": pl.String,
@@ -26,6 +30,9 @@ INDEX_SCHEMA = {
     "summary": pl.String,
     "culprit_ranks": pl.List(pl.Int64),
     "culprit_hosts": pl.List(pl.String),
+    "culprit_gpus": pl.List(pl.String),
+    "hosts": pl.List(pl.String),
+    "signature": pl.String,
     "world_size": pl.Int64,
     "start": pl.String,
     "end": pl.String,
@@ -55,18 +62,7 @@ def render_fleet(index: pl.DataFrame) -> str:
         rows = [(code(c), str(n), f"{100 * n / failed_runs.height:.0f}%") for c, n in by_category.iter_rows()]
         out += ["## What fails most", "", f"{failed_runs.height} failures; {healthy} runs were healthy (NO_FAILURE).", ""]
         out += [table(["category", "failures", "share"], rows), ""] if rows else []
-        hosts = (
-            analyzed.select("id", "category", host=pl.col("culprit_hosts"))
-            .explode("host")
-            .drop_nulls("host")
-            .group_by("host")
-            .agg(incidents=pl.len(), categories=pl.col("category").unique().sort(), ids=pl.col("id").sort())
-            .filter(pl.col("incidents") >= 2)
-            .sort(["incidents", "host"], descending=[True, False])
-        )
-        if not hosts.is_empty():
-            rows = [(cell(h), str(n), cell(", ".join(c)), cell(", ".join(i[:5]))) for h, n, c, i in hosts.iter_rows()]
-            out += ["## Hosts that keep failing", "", table(["host", "incidents", "categories", "incidents (first 5)"], rows), ""]
+        out += _signatures(failed_runs) + _lemons(index)
         dated = analyzed.filter(pl.col("start").is_not_null())
         if not dated.is_empty():
             months = dated.group_by(pl.col("start").dt.strftime("%Y-%m").alias("month"), "category").len().sort(["month", "category"])
@@ -78,6 +74,65 @@ def render_fleet(index: pl.DataFrame) -> str:
         rows = [(code(i), cell(e, 200)) for i, e in failed.select("id", "error").iter_rows()]
         out += ["## Could not analyze", "", table(["incident", "error"], rows), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _signatures(failed_runs: pl.DataFrame) -> list[str]:
+    """The leading evidence's pattern of failures, most frequent first, with first and last seen."""
+    recurring = (
+        failed_runs.drop_nulls("signature")
+        .group_by("signature")
+        .agg(
+            failures=pl.len(),
+            category=pl.col("category").mode().first(),
+            first=pl.col("start").min(),
+            last=pl.col("start").max(),
+            ids=pl.col("id").sort(),
+        )
+        .filter(pl.col("failures") >= 2)
+        .sort(["failures", "signature"], descending=[True, False])
+        .head(20)
+    )
+    if recurring.is_empty():
+        return []
+    rows = [
+        (code(r["signature"]), code(r["category"]), str(r["failures"]), _day(r["first"]), _day(r["last"]), cell(", ".join(r["ids"][:3])))
+        for r in recurring.iter_rows(named=True)
+    ]
+    return ["## Recurring signatures", "", table(["signature", "category", "failures", "first seen", "last seen", "e.g."], rows), ""]
+
+
+def _day(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d") if moment is not None else "undated"
+
+
+def _lemons(index: pl.DataFrame) -> list[str]:
+    """Hosts blamed more than chance explains, and GPUs blamed more than once."""
+    hosts, gpus = host_blame(index), gpu_blame(index)
+    out: list[str] = []
+    if not hosts.is_empty():
+        shown = hosts.head(max(HOSTS_SHOWN, hosts["lemon"].sum()))
+        rows = [
+            (
+                cell(r["host"]), str(r["blamed"]), str(r["seen"]), f"{r['expected']:.1f}", f"{r['chance']:.2g}",
+                "**lemon**" if r["lemon"] else "within chance", cell(", ".join(r["ids"][:5])),
+            )
+            for r in shown.iter_rows(named=True)
+        ]  # fmt: skip
+        rest = hosts.height - shown.height
+        out += [
+            "## Hosts that keep failing",
+            "",
+            f"Blamed: failures naming the host as the culprit; seen: failures whose logs name it. A lemon is blamed "
+            f"more often than the fleet's rate explains (chance after testing every host under {MAX_CHANCE}).",
+            "",
+            table(["host", "blamed", "seen", "expected", "chance", "reading", "incidents (first 5)"], rows),
+            "",
+        ]
+        out += [f"{rest} more hosts blamed twice or more, within chance, are in index.parquet.", ""] if rest else []
+    if not gpus.is_empty():
+        rows = [(cell(g), str(n), cell(", ".join(i[:5]))) for g, n, i in gpus.iter_rows()]
+        out += ["## GPUs that keep failing", "", table(["GPU (host:bus id)", "blamed", "incidents (first 5)"], rows), ""]
+    return out
 
 
 def _reading(cv: float | None) -> str:

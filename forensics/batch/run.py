@@ -1,7 +1,9 @@
 """Find incident folders under roots, analyze each in a worker, collect one index row each.
 
-An incident is each immediate subdirectory of a ROOT (how incident archives are kept:
-`incidents/2024-05-01-job123/`); a ROOT with no subdirectories is itself one incident.
+An incident is a folder that holds artifacts directly (files, not only folders); its
+subfolders (`traces/`, `nvidia-smi/`) are part of it. A folder that holds only folders is an
+archive level and is searched further, so `incidents/2024/05/job-123/` works at any depth; a
+ROOT that holds files is itself one incident. Hidden files and folders are skipped.
 Workers write each incident's report under OUT/incidents/<id>/ and return a small
 summary row; a failing incident becomes a row with its error, never the end of the
 batch. Locally each incident runs in a process of its own (batch/worker.py) under a
@@ -41,6 +43,9 @@ INDEX_COLUMNS = (
     "summary",
     "culprit_ranks",
     "culprit_hosts",
+    "culprit_gpus",
+    "hosts",
+    "signature",
     "world_size",
     "start",
     "end",
@@ -58,17 +63,31 @@ class Job:
     pattern_dirs: tuple[Path, ...] = ()
 
 
+def _visible(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_symlink())
+    except OSError:
+        return []
+
+
+def _incidents_under(folder: Path) -> list[Path]:
+    entries = _visible(folder)
+    if any(p.is_file() for p in entries):
+        return [folder]
+    subdirs = [p for p in entries if p.is_dir()]
+    return [found for sub in subdirs for found in _incidents_under(sub)] if subdirs else [folder]
+
+
 def find_incidents(roots: Iterable[Path]) -> list[Path]:
-    found: list[Path] = []
-    for root in roots:
-        subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
-        found += subdirs or ([root] if root.is_dir() else [])
-    return found
+    """Incident folders under each root, in path order (see the module's docstring)."""
+    return [found for root in roots if root.is_dir() for found in _incidents_under(root)]
 
 
-def incident_id(path: Path, taken: set[str]) -> str:
-    """A file-system-safe id from the folder name; a short hash keeps duplicates apart."""
-    base = re.sub(r"[^A-Za-z0-9._-]+", "_", path.name).strip("._") or "incident"
+def incident_id(path: Path, taken: set[str], root: Path | None = None) -> str:
+    """A file-system-safe id from the folder's path under its root (`2024_05_job-123`), or its
+    name; a short hash keeps duplicates apart."""
+    relative = path.relative_to(root) if root is not None and path != root and path.is_relative_to(root) else Path(path.name)
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(relative.parts)).strip("._") or "incident"
     if base in taken:
         base = f"{base}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     taken.add(base)
@@ -77,7 +96,7 @@ def incident_id(path: Path, taken: set[str]) -> str:
 
 def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = ()) -> list[Job]:
     taken: set[str] = set()
-    return [Job(incident_id(p, taken), p, out / "incidents", pattern_dirs) for p in find_incidents(roots)]
+    return [Job(incident_id(p, taken, root), p, out / "incidents", pattern_dirs) for root in roots for p in find_incidents([root])]
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -98,6 +117,7 @@ def run_job(job: Job) -> dict[str, Any]:
     document = verdict_document(analysis)
     verdict, incident = document["verdict"], document["incident"]
     first = verdict["first_failure"] or {}
+    leading = document["hypotheses"][0]["evidence"] if document["hypotheses"] else []
     row.update(
         category=verdict["category"],
         state=verdict["state"],
@@ -105,6 +125,9 @@ def run_job(job: Job) -> dict[str, Any]:
         summary=verdict["summary"],
         culprit_ranks=verdict["culprit_ranks"],
         culprit_hosts=verdict["culprit_hosts"],
+        culprit_gpus=[_gpu_key(gpu) for gpu in verdict["culprit_gpus"]],
+        hosts=incident["hosts"],
+        signature=leading[0]["pattern"] if leading else None,
         world_size=incident["world_size"],
         start=incident["start"],
         end=incident["end"],
@@ -112,6 +135,12 @@ def run_job(job: Job) -> dict[str, Any]:
         first_failure_line=first.get("line"),
     )
     return row
+
+
+def _gpu_key(gpu: dict[str, Any]) -> str:
+    """`host:bus id` (or `host:GPU index`): one physical GPU across incidents."""
+    where = gpu.get("pci_bus_id") or (f"GPU {gpu['gpu']}" if gpu.get("gpu") is not None else "GPU ?")
+    return f"{gpu.get('host') or '?'}:{where}"
 
 
 @dataclass(frozen=True)
