@@ -525,3 +525,25 @@ def test_a_traceback_ending_in_a_bare_exception_name_crashed_and_its_asserted_de
     other = [line.replace('p._fp32_shard.device == torch.device("cpu")', "len(params) == 1") for line in FAIRSCALE_ASSERT]
     verdict = analyze(incident({"console.log": "\n".join(other) + "\n"})).verdict
     assert (verdict.category, verdict.state) == ("UNKNOWN", "crashed")
+
+
+MXNET_EPOCHS = [  # kubeflow/kubeflow#68: MXNet's Speedometer, a batch counter that restarts each epoch
+    "INFO:root:Epoch[1] Batch [60]   Speed: 2008.51 samples/sec      accuracy=0.347852",
+    "INFO:root:Epoch[1] Batch [80]   Speed: 2001.21 samples/sec      accuracy=0.377051",
+    "INFO:root:Epoch[1] Train-accuracy=0.397748",
+    "INFO:root:Epoch[1] Time cost=24.828",
+    "INFO:root:Epoch[1] Validation-accuracy=0.434570",
+    "INFO:root:Epoch[2] Batch [20]   Speed: 1993.33 samples/sec      accuracy=0.410249",
+    "INFO:root:Epoch[2] Batch [40]   Speed: 1989.81 samples/sec      accuracy=0.419043",
+]
+
+
+def test_a_counter_back_at_its_first_value_is_the_next_epoch_and_its_batches_count():
+    lines = lines_frame(MXNET_EPOCHS)
+    metrics = extract_metrics(lines)
+    assert metrics.drop_nulls("step")["step"].to_list() == [60, 80, 20, 40]
+    # The stream began at batch 60 and went back to 20, below that start: a new epoch, 40 batches in.
+    assert health_proofs(lines, metrics, NO_FINDINGS)["kind"].to_list() == ["progressing"]
+    # Back to 70, above where the stream began: a run resumed mid-way, two steps seen since.
+    resumed = lines_frame([*MXNET_EPOCHS[:5], *(line.replace("[20]", "[70]").replace("[40]", "[71]") for line in MXNET_EPOCHS[5:])])
+    assert health_proofs(resumed, extract_metrics(resumed), NO_FINDINGS).is_empty()

@@ -113,23 +113,30 @@ def abrupt_stops(
 
 def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
     """Per stream: steps turned since its step counter last went back (a restart, or an
-    epoch-local counter after a global one): the distinct steps logged after a reset; with no
-    reset in view and a last step logged once, the counter's value where it is higher (a
-    resumed run's counter starts at its checkpoint, so after a visible restart only the steps
-    seen count; a bar re-drawn at one count is stuck); its metric lines where none carries a
-    step."""
+    epoch-local counter after a global one): the distinct steps logged after a reset; with its
+    last step logged once and either no reset in view or a reset back to where the stream
+    began (the next epoch of an epoch-local counter), the counter's value where it is higher
+    (a resumed run's counter starts at its checkpoint, so after a restart mid-way only the
+    steps seen count; a bar re-drawn at one count is stuck); its metric lines where none
+    carries a step."""
     reset = (pl.col("step") < pl.col("step").shift(1)).fill_null(False)
     stepped = (
         metrics.filter(pl.col("step").is_not_null())
         .sort("line")
-        .with_columns(_run=reset.cum_sum().over(STREAM, order_by="line"))
+        .with_columns(
+            _run=reset.cum_sum().over(STREAM, order_by="line"), _stream_start=pl.col("step").first().over(STREAM, order_by="line")
+        )
         .filter(pl.col("_run") == pl.col("_run").max().over(STREAM))
         .group_by(STREAM)
         .agg(
-            steps=pl.when((pl.col("_run").first() == 0) & ((pl.col("step") == pl.col("step").last()).sum() == 1))
-            .then(pl.max_horizontal(pl.col("step").n_unique(), pl.col("step").max()))
-            .otherwise(pl.col("step").n_unique())
+            # The counter counts from where the stream began: no reset in view, or one back to
+            # that start (an epoch-local counter starting its next epoch, not a resumed run).
+            counts=pl.col("step").first() <= pl.col("_stream_start").first(),
+            once=(pl.col("step") == pl.col("step").last()).sum() == 1,
+            seen=pl.col("step").n_unique(),
+            value=pl.col("step").max(),
         )
+        .select(*STREAM, steps=pl.when(pl.col("counts") & pl.col("once")).then(pl.max_horizontal("seen", "value")).otherwise("seen"))
     )
     unstepped = metrics.group_by(STREAM).agg(steps=pl.len(), _any=pl.col("step").is_not_null().any()).filter(~pl.col("_any"))
     return pl.concat([stepped, unstepped.drop("_any")], how="vertical_relaxed")
