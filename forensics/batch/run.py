@@ -232,17 +232,27 @@ def run_local(
     return [rows[job.incident_id] for job in jobs]
 
 
+RAY_RETRIES = 2  # a task whose worker died (node lost, OOM-killed) is run again this many times
+
+
 def run_ray(jobs: list[Job], progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The same work on a Ray cluster (`ray.init()` joins RAY_ADDRESS or starts a local one)."""
+    """The same work on a Ray cluster (`ray.init()` joins RAY_ADDRESS or starts a local one):
+    one task per incident, one Polars thread per task, retried when its worker dies; a task
+    that still fails is that incident's error row. Rows come back in job order."""
     import ray
 
-    ray.init(ignore_reinit_error=True)
-    remote = ray.remote(run_job)
+    ray.init(ignore_reinit_error=True, runtime_env={"env_vars": {"POLARS_MAX_THREADS": "1"}})
+    remote = ray.remote(max_retries=RAY_RETRIES)(run_job)
     pending = {remote.remote(job): job for job in jobs}
-    rows: list[dict[str, Any]] = []
+    rows: dict[str, dict[str, Any]] = {}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         job = pending.pop(done[0])
-        rows.append(ray.get(done[0]))
-        progress(f"[{len(rows)}/{len(jobs)}] {job.incident_id}: {rows[-1]['category'] or rows[-1]['error']}")
-    return rows
+        try:
+            row = ray.get(done[0])
+        except Exception as exc:  # noqa: BLE001  a lost worker is this incident's error, not the batch's end
+            row = {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
+            row["error"] = f"ray task failed: {type(exc).__name__}: {str(exc)[:300]}"
+        rows[job.incident_id] = row
+        progress(f"[{len(rows)}/{len(jobs)}] {job.incident_id}: {row['category'] or row['error']}")
+    return [rows[job.incident_id] for job in jobs]
