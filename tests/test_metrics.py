@@ -212,6 +212,24 @@ SAMPLES = [
         None,
         id="stylegan-tick",
     ),
+    pytest.param(  # Alpha-VLLM/LLaMA2-Accessory#48: the DeiT/MAE MetricLogger
+        "[03:23:49.951215] Epoch: [0]  [1480/1504]  lr: 0.000026  closs: 1.0800 (1.1317)  grad_norm: 0.4995 (1.1826)  time: 4.5833  data: 0.0002  max mem: 51710",
+        1480,
+        None,
+        0.4995,
+        4.5833,
+        None,
+        id="metric-logger",
+    ),
+    pytest.param(  # kubeflow/kubeflow#68: MXNet's Speedometer
+        "INFO:root:Epoch[1] Batch [80]   Speed: 2001.21 samples/sec      accuracy=0.377051",
+        80,
+        None,
+        None,
+        None,
+        None,
+        id="mxnet-speedometer",
+    ),
 ]
 
 

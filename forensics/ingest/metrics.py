@@ -35,7 +35,7 @@ STEP = [
     r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
     r"'step': '?(\d+)",  # HF dict with a step callback
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
-    r"\bEpoch(?:\(train\))? ?\[\d+\]\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]` (restarts each epoch)
+    r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
     r"\bEpoch\[\d+\] Batch \[(\d+)\]",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
@@ -61,6 +61,7 @@ STEP_TIME = [
     r"\btrain_step_timing in s:\s*" + VALUE,  # NeMo
     r"(?i)\b(?:step|iter(?:ation)?|batch)[_ ]?time[=:]?\s*" + VALUE + r"\s*" + UNIT,
     r"(?:^|[,|]\s*)time[=:]?\s*" + VALUE + r"\s*" + UNIT,  # nanoGPT `, time 562.66ms`
+    r"\btime: " + VALUE + r"\s+data: ",  # the DeiT/MAE/DETR MetricLogger `time: 4.5833  data: 0.0002` (seconds)
     VALUE + r"\s*(?P<unit>ms|sec|s)/(?:step|it|iter)\b",  # RETURNN `3.249 sec/step`, tqdm `1.47s/it`
 ]
 ITERS_PER_SECOND = VALUE + r"\s*it/s\b"  # tqdm when faster than one step a second
