@@ -35,6 +35,7 @@ import polars as pl
 
 from forensics.catalog.load import Derived, Pattern
 from forensics.causal_chain import causal_chain
+from forensics.passes.traceback_context import UNCAUGHT
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
 
 ROLE_WEIGHT = {"initiating": 0.55, "symptom": 0.35, "cascade": 0.20, "teardown": 0.10}
@@ -337,7 +338,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
     code, a kill or an abort of its own, or a critical network, setup or kill error stands
-    with no hang after it; hung: collectives timed out or a hang was
+    with no hang after it, or an uncaught traceback (cut off before its exception line or not)
+    ends a process while nothing shows a hang; hung: collectives timed out or a hang was
     localized while the culprit went quiet, even if the watchdog then aborted everyone, or
     a stack dump shows processes waiting;
     diverged: numerics went bad while the processes kept running; slow: nothing died
@@ -362,6 +364,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     fatal = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_BY_NATURE))
     culprit_died = not own_errors.is_empty() or not fatal.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
+    # A traceback the log cuts off before its exception line was still uncaught: its process died.
+    traceback_ended = not failures.filter(pl.col("pattern").is_in(list(UNCAUGHT))).is_empty()
     waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK")  # localized, or dumped while waiting
     hang_evidence = not failures.filter(timed_out | waiting).is_empty()
     if category == Category.NUMERICAL:
@@ -371,7 +375,7 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     if hang_evidence:
         return "hung"
     ended = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_UNLESS_HUNG))
-    if anyone_died or not ended.is_empty():
+    if anyone_died or traceback_ended or not ended.is_empty():
         return "crashed"
     if category == Category.STRAGGLER or not failures.filter(pl.col("category") == Category.STRAGGLER).is_empty():
         return "slow"

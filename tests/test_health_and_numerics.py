@@ -547,3 +547,16 @@ def test_a_counter_back_at_its_first_value_is_the_next_epoch_and_its_batches_cou
     # Back to 70, above where the stream began: a run resumed mid-way, two steps seen since.
     resumed = lines_frame([*MXNET_EPOCHS[:5], *(line.replace("[20]", "[70]").replace("[40]", "[71]") for line in MXNET_EPOCHS[5:])])
     assert health_proofs(resumed, extract_metrics(resumed), NO_FINDINGS).is_empty()
+
+
+MEGATRON_SAVE_CUT = [  # NVIDIA/Megatron-LM#314: the excerpt stops inside the traceback of a checkpoint save
+    " iteration      600/  500000 | consumed samples:         4800 | elapsed time per iteration (ms): 1549.5 | learning rate: 2.737E-05 | global batch size:     8 | lm loss: 6.348289E+00 | loss scale: 131072.0 | grad norm: 2.961 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    "saving checkpoint at iteration     600 to customer_scripts/checkpoints/3b",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.8/dist-packages/torch/serialization.py", line 428, in save',
+]
+
+
+def test_a_traceback_cut_before_its_exception_line_still_ended_its_process(incident):
+    verdict = analyze(incident({"console.log": "\n".join(MEGATRON_SAVE_CUT) + "\n"})).verdict
+    assert (verdict.category, verdict.state) == ("CHECKPOINT_IO", "crashed")

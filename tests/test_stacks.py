@@ -155,3 +155,22 @@ def test_a_thread_in_a_framework_s_data_iterator_waits_for_data_whatever_the_py_
     # The same thread header with its main thread in an all_reduce waits in a collective instead.
     collective = [PY_SPY_FAIRSEQ[0], "    all_reduce (torch/distributed/distributed_c10d.py:1536)", "    train (fairseq_cli/train.py:274)"]
     assert stack_waits(lines_frame(collective))["pattern"].to_list() == ["STACK003"]
+
+
+TORCHTITAN_DUMP = [  # pytorch/torchtitan#168: faulthandler through a `[rank0]:` prefix with no space of its own
+    "[rank0]:Thread 0x00007f07a6ffd640 (most recent call first):",
+    '[rank0]:  File "/home/gchauhan/my_envs/llm-amd/lib/python3.11/threading.py", line 324 in wait',
+    '[rank0]:  File "/home/gchauhan/my_envs/llm-amd/lib/python3.11/queue.py", line 180 in get',
+    "[rank0]:",
+    "[rank0]:Thread 0x00007f13c65f5400 (most recent call first):",
+    '[rank0]:  File "/home/gchauhan/my_envs/llm-amd/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3230 in scatter',
+]
+
+
+def test_a_dump_read_through_a_spaceless_rank_prefix_is_still_threads_waiting_and_not_a_crash(incident):
+    analysis = analyze(incident({"console.log": "\n".join(TORCHTITAN_DUMP) + "\n"}))
+    lines = analysis.incident.lines
+    assert lines.filter(pl.col("line").is_in([1, 2, 3]))["block"].n_unique() == 1  # the header and its frames
+    patterns = analysis.incident.findings["pattern"].to_list()
+    assert "STACK003" in patterns and "EXC002" not in patterns
+    assert analysis.verdict.state == "hung"

@@ -60,16 +60,17 @@ CHUNK_BYTES = 16 << 20  # a larger (or compressed) file is read and condensed th
 MAX_LINE_CHARS = 64 << 10  # of one line, what the patterns and passes read
 CONTEXT_LINES = BEFORE_HIT + AFTER_HIT  # the lines of one piece condensed again with the next
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
-# A line continues the block above it: traceback frames (indented by 2+ spaces or a tab;
+# A line continues the block above it: traceback frames (indented by 2+ spaces or a tab, or a
+# `File "…", line N` frame whatever its indent: `[rank0]:  File` loses one space to the prefix;
 # Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
 # C++ stacks, chained-exception notes, and PyTorch's fixed CUDA-error boilerplate.
 CONTINUATION = (
-    r"^(?:(?:  |\t)\s*\S|frame #\d+|Exception raised from |During handling of the above|The above exception"
+    r"^(?:(?:  |\t)\s*\S|\s+File \"[^\"]+\", line \d+|frame #\d+|Exception raised from |During handling of the above|The above exception"
     r"|CUDA kernel errors might be asynchronously|For debugging consider passing|Compile with `?TORCH_USE_CUDA_DSA)"
 )
 # After these, even a plain line stays in the block (the exception line that ends a Python
 # traceback). Not after a C++ `frame #N`: a stack ends the block, and the next line is news.
-CARRIES_ON = r"^(?:(?:  |\t)\s*\S|During handling of the above|The above exception)"
+CARRIES_ON = r"^(?:(?:  |\t)\s*\S|\s+File \"[^\"]+\", line \d+|During handling of the above|The above exception)"
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,9 @@ CONTEXTS = [
 # A failed collective is a consequence of what stopped it (a peer that died, hung or timed out):
 # the exception it raised shows where a rank was hurt, not why.
 CONSEQUENCES = {"CTX006"}
+# Findings that cite a Python traceback nobody caught (its exception line, or its last line where
+# the log cuts it off): the process that printed it died of it.
+UNCAUGHT = frozenset({pattern for pattern, *_ in CONTEXTS} - CONSEQUENCES | {"EXC001", "EXC002"})
 
 
 STREAM = ["file", "block", "rank"]
