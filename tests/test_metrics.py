@@ -230,6 +230,24 @@ SAMPLES = [
         None,
         id="mxnet-speedometer",
     ),
+    pytest.param(  # IML-ViT#35: the MAE/DeiT log.txt, one JSON line per epoch, NaN as JSON writes it
+        '{"train_lr": 9.999787476642203e-05, "train_predict_loss": NaN, "train_edge_loss": NaN, "test_average_f1": 0.0, "epoch": 4}',
+        4,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="json-log-txt-nan",
+    ),
+    pytest.param(
+        '{"train_lr": 1.2480487331573042e-05, "train_predict_loss": 0.7279542872231782, "train_edge_loss": 0.0554991626542601, "test_average_f1": 0.13728936245250195, "epoch": 0}',
+        0,
+        0.7279542872231782,
+        None,
+        None,
+        None,
+        id="json-log-txt",
+    ),
 ]
 
 

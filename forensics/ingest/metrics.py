@@ -34,6 +34,7 @@ STEP = [
     r"(?i)\bstep(?:[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`
     r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
     r"'step': '?(\d+)",  # HF dict with a step callback
+    r'^\{"train_.*"epoch": (\d+)\}\s*$',  # MAE/DeiT/DINO log.txt, one JSON line per epoch
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
@@ -46,6 +47,7 @@ LOSS = [
     r"\blm loss:\s*" + NUMBER,
     r"\breduced_train_loss[=:]\s*" + NUMBER,
     r"'loss': '?" + NUMBER,
+    r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
     r"(?i)\bloss[=:]\s*" + NUMBER,
     r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
