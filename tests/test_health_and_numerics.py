@@ -560,3 +560,19 @@ MEGATRON_SAVE_CUT = [  # NVIDIA/Megatron-LM#314: the excerpt stops inside the tr
 def test_a_traceback_cut_before_its_exception_line_still_ended_its_process(incident):
     verdict = analyze(incident({"console.log": "\n".join(MEGATRON_SAVE_CUT) + "\n"})).verdict
     assert (verdict.category, verdict.state) == ("CHECKPOINT_IO", "crashed")
+
+
+def test_no_proof_of_health_while_another_rank_ends_on_errors_nobody_explains():
+    # deepspeed#294: rank 0 keeps stepping while rank 290 repeats an error no pattern knew then.
+    stepping = lines_frame(NANOGPT, file="console.log", rank=0)
+    erring = lines_frame(["!!!! kernel execution error."] * 3, file="console.log", rank=290).with_columns(pl.col("line") + 10)
+    lines = pl.concat([stepping, erring])
+    assert health_proofs(lines, extract_metrics(lines), NO_FINDINGS).is_empty()
+    # A warning logged as such (TensorFlow's end-of-fit notice, kubeflow/training-operator#1168) and a
+    # metric named `error` (TOKEN#7's `Top1 error: 100.0000`) are no errors.
+    benign = [
+        "2020-06-08 05:30:15.889706: W tensorflow/core/kernels/data/generator_dataset_op.cc:103] Error occurred when finalizing GeneratorDataset iterator: Cancelled: Operation was cancelled",
+        ">> Train Epoch: [0] [  20/4003] eta: 2:13:59 ArcFace loss: 17.6965 Top1 error: 100.0000 Top5 error: 100.0000 iter time: 2.0185 s max mem: 18134 MB",
+    ]
+    calm = pl.concat([stepping, lines_frame(benign, file="console.log", rank=1).with_columns(pl.col("line") + 10)])
+    assert health_proofs(calm, extract_metrics(calm), NO_FINDINGS)["kind"].to_list() == ["progressing", "progressing"]

@@ -7,29 +7,20 @@ import random
 
 import polars as pl
 
-from forensics.batch.fleet import render_fleet
+from forensics.batch.fleet import INDEX_SCHEMA, render_fleet
 from forensics.batch.time_patterns import failure_intervals, hour_of_day_cluster
 
 T0 = dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
 
 
 def _index(rows: list[tuple[str, dt.datetime | None]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "id": [f"inc-{i:04d}" for i in range(len(rows))],
-            "category": [c for c, _ in rows],
-            "start": [s for _, s in rows],
-            "error": [None] * len(rows),
-            "culprit_hosts": [[] for _ in rows],
-        },
-        schema={
-            "id": pl.String,
-            "category": pl.String,
-            "start": pl.Datetime("us", "UTC"),
-            "error": pl.String,
-            "culprit_hosts": pl.List(pl.String),
-        },
+    """A batch index (every column `forensics batch` writes) with these categories and start times."""
+    given = pl.DataFrame(
+        {"id": [f"inc-{i:04d}" for i in range(len(rows))], "category": [c for c, _ in rows], "start": [s for _, s in rows]},
+        schema={"id": pl.String, "category": pl.String, "start": pl.Datetime("us", "UTC")},
     )
+    rest = [pl.lit(None, dtype).alias(name) for name, dtype in INDEX_SCHEMA.items() if name not in given.columns]
+    return given.with_columns(rest).with_columns(culprit_hosts=pl.lit([], pl.List(pl.String)))
 
 
 def test_a_nightly_cluster_is_found_and_uniform_hours_are_not():

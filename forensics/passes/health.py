@@ -11,7 +11,10 @@ Notes:
       in its last PROGRESS_TAIL lines, has turned at least MIN_PROGRESS_STEPS steps since
       its step counter last went back (the distinct steps logged, or with no reset in
       view the counter's value; metric lines, where they carry no step number), and no stream was cut mid-line or
-      stopped short of the total it announced. A pasted excerpt of a live, healthy run
+      stopped short of the total it announced, and no stream ends on an error no finding
+      explains (ERRING in its last PROGRESS_TAIL lines, not a metric line and not one logged
+      as a warning: rank 0 stepping while rank 290 repeats `kernel execution error.` is no
+      healthy run). A pasted excerpt of a live, healthy run
       proves this much (one `step=2500` line attests 2500 steps turned); two steps from
       the start are not yet a run going on.
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
@@ -37,6 +40,10 @@ PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
 # Fields that show the training loop turning. Throughput or memory alone do not (an OOM message
 # quotes memory), nor a loss scale alone: a run of fp16 overflow notes is steps being skipped.
 PROGRESS_FIELDS = ("step", "loss")
+# A line that reports something going wrong, in words no pattern may know.
+ERRING = r"(?i)\berror\b|\bfail(?:ed|ure)\b|\bfatal\b|\bexception\b|\babort(?:ed|ing)?\b"
+# Logged at warning level: TensorFlow's `2020-06-08 05:30:15.889706: W tensorflow/...`, glog's `W0608`.
+WARNING_LEVEL = r"\bWARN(?:ING)?\b|^\S+ \S+: W |^W\d{4} "
 PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
 STREAM = ["file", "rank"]
 
@@ -160,7 +167,13 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
     all_progress = (
         not metric_streams.is_empty() and metric_streams.join(ending_with_metrics, on=STREAM, how="anti", nulls_equal=True).is_empty()
     )
-    if all_progress and stopped.is_empty() and too_short.is_empty():
+    ending_on_errors = (
+        _tails(lines)
+        .filter(pl.col("text").str.contains(ERRING) & ~pl.col("text").str.contains(WARNING_LEVEL))
+        .join(metrics.select("file", "line"), on=["file", "line"], how="anti")
+        .join(findings.select("file", "line"), on=["file", "line"], how="anti")
+    )
+    if all_progress and stopped.is_empty() and too_short.is_empty() and ending_on_errors.is_empty():
         closing = tail_metrics.sort("line").group_by(STREAM, maintain_order=True).last().with_columns(kind=pl.lit("progressing"))
         proofs.append(conform(closing, PROOFS))
     return pl.concat(proofs).sort(["kind", "file", "line"])
