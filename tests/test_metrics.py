@@ -248,6 +248,15 @@ SAMPLES = [
         None,
         id="json-log-txt",
     ),
+    pytest.param(  # fairseq#233: --log-format json, the train line of one epoch
+        '{"epoch": 27, "loss": "3.092", "nll_loss": "1.322", "ppl": "2.50", "wps": 1658188, "ups": "2.7", "wpb": 617153, "bsz": 16625, "num_updates": 58049, "lr": 0.0001837514032631448, "gnorm": "0.188", "clip": "100%", "oom": 0.026288135885200434, "loss_scale": "4.000", "wall": 22395}',
+        27,
+        3.092,
+        None,
+        None,
+        None,
+        id="fairseq-json",
+    ),
 ]
 
 

@@ -35,6 +35,7 @@ STEP = [
     r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
     r"'step': '?(\d+)",  # HF dict with a step callback
     r'^\{"train_.*"epoch": (\d+)\}\s*$',  # MAE/DeiT/DINO log.txt, one JSON line per epoch
+    r'^\{"epoch": (\d+), "loss": ',  # fairseq's json train line, one per epoch
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
@@ -48,6 +49,7 @@ LOSS = [
     r"\breduced_train_loss[=:]\s*" + NUMBER,
     r"'loss': '?" + NUMBER,
     r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
+    r'[{,] "loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
     r"(?i)\bloss[=:]\s*" + NUMBER,
     r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
