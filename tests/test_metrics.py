@@ -230,6 +230,15 @@ SAMPLES = [
         None,
         id="mxnet-speedometer",
     ),
+    pytest.param(  # apache/mxnet#3932: the R package's Speedometer, with no epoch in front
+        "Batch [300] Speed: 26175.9795924537 samples/sec Train-accuracy=0.95375",
+        300,
+        None,
+        None,
+        None,
+        None,
+        id="mxnet-r-speedometer",
+    ),
     pytest.param(  # IML-ViT#35: the MAE/DeiT log.txt, one JSON line per epoch, NaN as JSON writes it
         '{"train_lr": 9.999787476642203e-05, "train_predict_loss": NaN, "train_edge_loss": NaN, "test_average_f1": 0.0, "epoch": 4}',
         4,

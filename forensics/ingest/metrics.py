@@ -39,7 +39,7 @@ STEP = [
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
-    r"\bEpoch\[\d+\] Batch \[(\d+)\]",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
+    r"(?:\bEpoch\[\d+\] )?\bBatch \[(\d+)\]\s+Speed: ",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (R: no epoch; restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
