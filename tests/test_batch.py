@@ -152,3 +152,14 @@ def test_fleet_md_names_the_lemon_and_the_recurring_signatures():
     lemon_row = next(line for line in fleet.splitlines() if line.startswith("| gpu-17 |"))
     assert "**lemon**" in lemon_row
     assert "## GPUs that keep failing" in fleet and "gpu-17:0000:3b:00.0" in fleet
+
+
+def test_an_archive_nested_deeper_than_the_interpreter_s_stack_is_walked(tmp_path):
+    deep = tmp_path / "archive"
+    folder = deep
+    deep.mkdir()
+    for _ in range(1100):  # one-letter names: 1,100 levels stay under PATH_MAX; made one by one
+        folder = folder / "a"
+        folder.mkdir()
+    (folder / "rank_0.log").write_text("hello\n")
+    assert find_incidents([deep]) == [folder]

@@ -70,12 +70,18 @@ def _visible(folder: Path) -> list[Path]:
         return []
 
 
-def _incidents_under(folder: Path) -> list[Path]:
-    entries = _visible(folder)
-    if any(p.is_file() for p in entries):
-        return [folder]
-    subdirs = [p for p in entries if p.is_dir()]
-    return [found for sub in subdirs for found in _incidents_under(sub)] if subdirs else [folder]
+def _incidents_under(root: Path) -> list[Path]:
+    """Depth first, in path order, without recursion (an archive may nest deeper than Python's stack)."""
+    found, pending = [], [root]
+    while pending:
+        folder = pending.pop()
+        entries = _visible(folder)
+        subdirs = [p for p in entries if p.is_dir()]
+        if any(p.is_file() for p in entries) or not subdirs:
+            found.append(folder)
+        else:
+            pending.extend(reversed(subdirs))
+    return found
 
 
 def find_incidents(roots: Iterable[Path]) -> list[Path]:
