@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.batch.run import Limits, plan, run_local, run_ray
+from forensics.batch.run import Limits, plan, run_job, run_local, run_ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore")]  # Ray's own deprecation notices
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'forensics[ray]')")
@@ -38,3 +38,22 @@ def test_ray_and_local_engines_give_identical_index_rows_on_every_fixture_incide
     for row in on_ray:
         assert row == by_id[row["id"]], row["id"]
     assert "no files" in by_id["empty_one"]["error"]
+
+
+def test_an_incident_whose_ray_worker_dies_is_an_error_row_and_the_others_complete(tmp_path, local_ray, monkeypatch):
+    archive = tmp_path / "archive"
+    for name in ("healthy", "cuda_oom_8rank_cascade"):
+        shutil.copytree(INCIDENTS / name, archive / name)
+    real_run_job = run_job
+
+    def dies_on_healthy(job):  # defined here, so Ray ships it by value to its workers
+        import os
+
+        if job.incident_id == "healthy":
+            os._exit(1)
+        return real_run_job(job)
+
+    monkeypatch.setattr("forensics.batch.run.run_job", dies_on_healthy)
+    rows = {row["id"]: row for row in run_ray(plan([archive], tmp_path / "out"), lambda _: None)}
+    assert rows["cuda_oom_8rank_cascade"]["category"] == "CUDA_OOM"
+    assert rows["healthy"]["category"] is None and rows["healthy"]["error"].startswith("ray task failed:")
