@@ -491,3 +491,32 @@ def test_a_critical_network_setup_or_kill_error_ends_the_job_unless_the_ranks_th
     (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.state) == (category, state)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # A torchrun failure table whose rows were pasted without their layout (AMVUR#2): no
+        # exit code can be read, but torchrun raises ChildFailedError only when a worker failed.
+        [
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+            "experiments/supervised HO3D V2.py FAILED",
+            "Failures:",
+            "<NO OTHER FAILURES>",
+        ],
+        # The DeepSpeed launcher tearing its workers down (DeepSpeed#1956): a run that ends well never does.
+        [
+            "[2022-05-15 00:12:51,292] [INFO] [engine.py:2754:_get_all_zero_checkpoint_state_dicts] successfully read 2 ZeRO state_dicts for rank 0",
+            "[2022-05-15 00:12:57,785] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97277",
+            "[2022-05-15 00:12:57,786] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97278",
+        ],
+    ],
+    ids=["ChildFailedError alone", "DeepSpeed launcher kills its workers"],
+)
+def test_a_launcher_s_failure_summary_alone_is_a_crash_of_unknown_cause(tmp_path, lines):
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == ("UNKNOWN", "crashed")
+    assert verdict.first_failure is not None and verdict.first_failure["line"] in (1, 2)
