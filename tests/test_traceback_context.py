@@ -117,3 +117,28 @@ def test_framework_checkpoint_modules_are_checkpoint_io_and_activation_checkpoin
         findings = classify_by_frames(_lines(tmp_path, text), empty(FINDINGS))
         assert findings["category"].to_list() == ["CHECKPOINT_IO"], text
     assert classify_by_frames(_lines(tmp_path, RECOMPUTE_CUT), empty(FINDINGS)).is_empty()
+
+
+# Light-Head R-CNN#37: a data worker reading a truncated annotation record (real lines).
+DATASET_FUNCTION_TRACEBACK = """\
+Process _Worker-8:
+Traceback (most recent call last):
+  File "/home/edgar/light_head_rcnn/experiments/lizeming/light_head_rcnn.ori_res101.coco.ps_roialign/dataset.py", line 96, in get_data_for_singlegpu
+    record = json.loads(raw_line)
+  File "/usr/lib/python3.6/json/decoder.py", line 355, in raw_decode
+    obj, end = self.scan_once(s, idx)
+json.decoder.JSONDecodeError: Unterminated string starting at: line 1 column 219 (char 218)
+"""
+# The same file's module level: an import that fails there is setup, not data.
+DATASET_IMPORT_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/home/user/project/dataset.py", line 3, in <module>
+    import lmdb
+ModuleNotFoundError: No module named 'lmdb'
+"""
+
+
+def test_an_exception_in_a_dataset_file_s_function_is_the_data_pipeline_but_not_its_imports(tmp_path):
+    findings = classify_by_frames(_lines(tmp_path, DATASET_FUNCTION_TRACEBACK), empty(FINDINGS))
+    assert findings.select("pattern", "category", "line").rows() == [("CTX002", "DATA_PIPELINE", 7)]
+    assert classify_by_frames(_lines(tmp_path, DATASET_IMPORT_TRACEBACK), empty(FINDINGS)).is_empty()

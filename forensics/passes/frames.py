@@ -25,4 +25,10 @@ CHECKPOINT_FRAMES = (
     r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/model_checkpoint\.py|checkpoint_engine/"
     r"|\b_{0,2}(?:save|load|download|restore)_(?:zero_)?checkpoint\b|in _save\b"
 )
-DATALOADER_FRAMES = r"torch/utils/data/|in _worker_loop\b"
+# The data pipeline: torch's DataLoader machinery, Hugging Face `datasets`, and any function of a
+# file named for datasets or loaders (`dataset.py`, `coco_dataset.py`, `data_loader.py`); never
+# such a file's module level (`in <module>`: an import that failed says nothing about data).
+DATALOADER_FRAMES = (
+    r"torch/utils/data/|in _worker_loop\b|site-packages/datasets/"
+    r"|(?i:[\w-]*(?:dataset|data_?loader)[\w-]*\.py)\", line \d+, in \w"
+)
