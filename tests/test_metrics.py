@@ -266,6 +266,15 @@ SAMPLES = [
         None,
         id="fairseq-json",
     ),
+    pytest.param(  # Horovod#675: an AverageMeter line, each value followed by its running mean
+        "[GPU rank 1] Epoch: [1][30786/34406]    Time 0.783 (2.771)      Data 0.006 (1.204)      Loss 58.0583 (55.2676)",
+        30786,
+        58.0583,
+        None,
+        0.783,
+        None,
+        id="average-meter",
+    ),
 ]
 
 

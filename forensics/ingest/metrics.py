@@ -67,11 +67,13 @@ STEP_TIME = [
     r"(?:^|[,|]\s*)time[=:]?\s*" + VALUE + r"\s*" + UNIT,  # nanoGPT `, time 562.66ms`
     r"\btime: " + VALUE + r"\s+data: ",  # the DeiT/MAE/DETR MetricLogger `time: 4.5833  data: 0.0002` (seconds)
     VALUE + r"\s*(?P<unit>ms|sec|s)/(?:step|it|iter)\b",  # RETURNN `3.249 sec/step`, tqdm `1.47s/it`
+    r"\bTime:?\s+" + VALUE + r"\s+\(\s*\d",  # AverageMeter `Time 0.783 (2.771)`: the current value (s), then the running mean
 ]
 ITERS_PER_SECOND = VALUE + r"\s*it/s\b"  # tqdm when faster than one step a second
 DATA_TIME = [
     r"(?i)\bdata(?:[ _-]?(?:loading|load))?[ _]time \((?P<unit>ms|s)\):\s*" + VALUE,
     r"(?i)\bdata(?:[ _-]?(?:loading|load))?[ _]time[=:]?\s*" + VALUE + r"\s*" + UNIT,
+    r"\bData:?\s+" + VALUE + r"\s+\(\s*\d",  # AverageMeter `Data 0.006 (1.204)`
 ]
 LOSS_SCALE = [
     r"\bAttempted loss scale: [\d.]+, reducing to\s*" + NUMBER,  # DeepSpeed overflow: the new scale

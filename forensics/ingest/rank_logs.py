@@ -9,7 +9,7 @@ Rank comes from the line's launcher prefixes first (formats.md 0, 4.4, 4.5): `[r
 (c10 and the Python excepthook: global rank), `[<role>N]:` (torchrun --tee: local rank),
 `N: ` (srun --label: global task id), `[job,N]<stdout>:` (mpirun --tag-output); then
 from the file name; then from an in-payload tag in any case: `[Rank N]` / `[Rank N/W]`
-(DeepSpeed log_dist, c10d, print-style trainers), `[rankN]` (a logging format with the
+(DeepSpeed log_dist, c10d, print-style trainers; `[GPU rank N]`, `[global rank N]`), `[rankN]` (a logging format with the
 rank), `[rank: N]` (Lightning); never `[rankN]:`, which starts another process's output
 glued to the end of this line (a progress bar without a newline).
 A file whose tags all name one rank that differs from its file name is reported.
@@ -190,7 +190,9 @@ def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
     return with_role.with_columns(
         tag_rank=tagged_global,
         tag_local=local.cast(pl.Int32, strict=False),
-        payload_rank=pl.col("text").str.extract(r"(?i)\[rank[: ]?\s*(\d+)(?:\s*/\s*\d+)?\](?:[^:]|$)").cast(pl.Int32, strict=False),
+        payload_rank=pl.col("text")
+        .str.extract(r"(?i)\[(?:GPU |global )?rank[: ]?\s*(\d+)(?:\s*/\s*\d+)?\](?:[^:]|$)")
+        .cast(pl.Int32, strict=False),
         prefix_len=prefix.str.len_chars().fill_null(0),
     ).drop("_prefix", "_role")
 

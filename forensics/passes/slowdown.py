@@ -12,6 +12,13 @@ Notes:
     step. Needs MIN_STEPS logged steps. The finding (METRIC006,
     STRAGGLER, a warning) names no rank: which rank holds the others up is for the
     stacks, traces or GPU health to say.
+    A log excerpt may show only fast steps of a run that was slow before it. The
+    AverageMeter lines of the PyTorch ImageNet example and its many descendants print each
+    value with its running mean, `Time 0.783 (2.771)  Data 0.006 (1.204)`: a mean far above
+    every current value the excerpt shows says the earlier steps were much slower
+    (METRIC012, STRAGGLER, a warning). The finding cites the file's last such line and
+    says how much of the extra time the running data-loading mean accounts for; like
+    METRIC006 it names no rank (every rank of a synchronous job shows the same means).
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ SLOWDOWN = 3.0
 SMOOTH = 5
 PERSIST = 5
 MIN_STEPS = 20
+# `Time 0.783 (2.771)` / `Time  0.412 ( 0.795)`: a current value and its running mean, in seconds.
+AVERAGE_METER_TIME = r"\bTime:?\s+(\d+\.?\d*)\s+\(\s*(\d+\.?\d*)\)"
+AVERAGE_METER_DATA = r"\bData:?\s+(\d+\.?\d*)\s+\(\s*(\d+\.?\d*)\)"
+SLOWER_BEFORE = 2.5  # the running mean over the current values' median
+MIN_METER_LINES = 5
 
 
 def job_slowdown(times: pl.DataFrame, metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
@@ -59,5 +71,61 @@ def job_slowdown(times: pl.DataFrame, metrics: pl.DataFrame, lines: pl.DataFrame
         captures=pl.struct(
             onset_step=pl.lit(onset), baseline_s=pl.lit(round(baseline, 4)), slowed_s=pl.lit(round(slowed, 4))
         ).struct.json_encode(),
+    )
+    return conform(found, FINDINGS)
+
+
+def slower_before_the_window(lines: pl.DataFrame) -> pl.DataFrame:
+    """METRIC012 when an AverageMeter's running mean step time is SLOWER_BEFORE times the
+    median of the current values shown (at least MIN_METER_LINES of them in a file)."""
+    text = pl.col("text")
+    meters = lines.filter(text.str.contains(AVERAGE_METER_TIME)).with_columns(
+        current=text.str.extract(AVERAGE_METER_TIME, 1).cast(pl.Float64, strict=False),
+        mean=text.str.extract(AVERAGE_METER_TIME, 2).cast(pl.Float64, strict=False),
+        data_mean=text.str.extract(AVERAGE_METER_DATA, 2).cast(pl.Float64, strict=False),
+    )
+    if meters.height < MIN_METER_LINES:
+        return empty(FINDINGS)
+    streams = (
+        meters.sort("file", "line")
+        .group_by("file", maintain_order=True)  # ranks in step share one step time; the last line's mean is the latest
+        .agg(
+            pl.len().alias("shown"),
+            pl.col("current").median().alias("current_s"),
+            pl.col("mean").last().alias("mean_s"),
+            pl.col("data_mean").last().alias("data_mean_s"),
+            pl.col("line").last(),
+            pl.col("time").last(),
+            pl.col("text").last(),
+        )
+        .filter(pl.col("shown") >= MIN_METER_LINES, pl.col("mean_s") >= SLOWER_BEFORE * pl.col("current_s"), pl.col("current_s") > 0)
+    )
+    if streams.is_empty():
+        return empty(FINDINGS)
+    worst = streams.sort("mean_s", descending=True).row(0, named=True)
+    excess = worst["mean_s"] - worst["current_s"]
+    waits = meters.select(pl.col("data_mean").drop_nulls().max()).item()
+    data_share = f"; the running data-loading mean reaches {waits:g} s, {waits / excess:.0%} of the extra time" if waits else ""
+    title = (
+        f"Earlier steps were much slower than those shown: step time averaged {worst['mean_s']:g} s, "
+        f"{worst['mean_s'] / worst['current_s']:.1f}x the median {worst['current_s']:g} s of the {worst['shown']} lines shown{data_share}"
+    )
+    found = (
+        streams.sort("mean_s", descending=True)
+        .head(1)
+        .select(
+            "file",
+            "line",
+            "time",
+            "text",
+            pattern=pl.lit("METRIC012"),
+            title=pl.lit(title),
+            category=pl.lit("STRAGGLER"),
+            severity=pl.lit("warning"),
+            role=pl.lit("symptom"),
+            captures=pl.struct(
+                mean_s=pl.col("mean_s"), current_s=pl.col("current_s"), data_mean_s=pl.lit(waits, pl.Float64)
+            ).struct.json_encode(),
+        )
     )
     return conform(found, FINDINGS)

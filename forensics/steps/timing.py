@@ -7,7 +7,7 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.passes.correlation import correlate, event_steps, explain_periodicity
 from forensics.passes.periodicity import find_periodicity, spike_periodogram, step_times
-from forensics.passes.slowdown import job_slowdown
+from forensics.passes.slowdown import job_slowdown, slower_before_the_window
 from forensics.passes.stragglers import find_stragglers
 from forensics.report.metric_figures import periodicity_figure, step_time_heatmap, training_curves
 from forensics.report.rank_timeline import rank_timeline
@@ -33,6 +33,7 @@ def straggler_pass(incident: Incident, progress: Progress) -> None:
     incident.add_findings(findings)
     if times is not None:
         incident.add_findings(job_slowdown(times, incident.metrics, incident.lines))
+    incident.add_findings(slower_before_the_window(incident.lines))
 
 
 def draw_metric_figures(incident: Incident, directory: Path) -> list[Path]:
