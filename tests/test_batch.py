@@ -166,3 +166,27 @@ def test_an_archive_nested_deeper_than_the_interpreter_s_stack_is_walked(tmp_pat
         assert find_incidents([deep]) == [folder]
     finally:
         shutil.rmtree(deep)  # here, not in pytest's own clean-up of old temporary folders
+
+
+def test_fleet_md_groups_unknown_failures_by_message_and_queues_unsure_verdicts():
+    """Three UNKNOWN failures print one message with different numbers: one template, three incidents."""
+    rows = _planted_fleet()[:20]
+    for n, row in enumerate(rows[:3]):
+        row.update(
+            category="UNKNOWN",
+            confidence=0.3,
+            first_failure_text=f"[rank{n}]: RuntimeError: shard {n * 7} of /data/run{n}/part.bin has {100 + n} records, expected 128",
+        )
+    rows[3].update(category="UNKNOWN", confidence=0.3, first_failure_text="FATAL: store at 10.0.0.1 refused")
+    rows[4].update(confidence=0.45)
+    rows[5].update(category="UNKNOWN", state="unknown", confidence=0.2)  # no failure line: undetermined, not a message
+    fleet = render_fleet(index_frame(rows))
+    section = fleet.split("## UNKNOWN failures by message")[1].split("\n## ")[0]
+    assert "4 failures match no known signature" in section
+    top = next(line for line in section.splitlines() if line.startswith("| `RuntimeError"))
+    assert "RuntimeError: shard <n> of <path> has <n> records, expected <n>" in top and "| 3 |" in top
+    queue = fleet.split("## Review queue")[1].split("\n## ")[0]
+    assert "1 more UNKNOWN verdicts cite no failure line" in section
+    assert "6 verdicts are less than 50% sure" in queue
+    assert queue.index("`job-000`") < queue.index("`job-004`")  # least sure first
+    assert "`job-006`" not in queue

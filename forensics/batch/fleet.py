@@ -1,9 +1,11 @@
 """The fleet view over many incidents: index.parquet and fleet.md.
 
 What fails most (categories of failures; healthy runs are counted apart), the signatures
-that recur, which hosts and GPUs keep failing against what chance explains (`lemons`), and
-when: incidents per month and category, the intervals between failures (MTBF, regular or
-bursty) and whether they cluster at some hours of the day (`time_patterns`).
+that recur, the UNKNOWN failures grouped by the template of their first failure line (what
+the catalog should learn next), which hosts and GPUs keep failing against what chance
+explains (`lemons`), when: incidents per month and category, the intervals between failures
+(MTBF, regular or bursty) and whether they cluster at some hours of the day
+(`time_patterns`), and the verdicts least sure of themselves (the review queue).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import polars as pl
 from forensics.batch.lemons import MAX_CHANCE, gpu_blame, host_blame
 from forensics.batch.run import INDEX_COLUMNS
 from forensics.batch.time_patterns import MIN_DATED, WINDOW_HOURS, failure_intervals, failures, hour_of_day_cluster
+from forensics.passes.templates import error_template
 from forensics.report.markup import cell, code, table
 
 HOSTS_SHOWN = 10  # and every lemon
+TEMPLATES_SHOWN = 20
+REVIEW_BELOW = 0.5  # verdicts less confident than this are listed for a human to review
+REVIEW_SHOWN = 20
 
 INDEX_SCHEMA = {
     "id": pl.String,
@@ -38,6 +44,7 @@ INDEX_SCHEMA = {
     "end": pl.String,
     "first_failure_file": pl.String,
     "first_failure_line": pl.Int64,
+    "first_failure_text": pl.String,
     "error": pl.String,
 }
 
@@ -62,13 +69,13 @@ def render_fleet(index: pl.DataFrame) -> str:
         rows = [(code(c), str(n), f"{100 * n / failed_runs.height:.0f}%") for c, n in by_category.iter_rows()]
         out += ["## What fails most", "", f"{failed_runs.height} failures; {healthy} runs were healthy (NO_FAILURE).", ""]
         out += [table(["category", "failures", "share"], rows), ""] if rows else []
-        out += _signatures(failed_runs) + _lemons(index)
+        out += _signatures(failed_runs) + _unknown_templates(failed_runs) + _lemons(index)
         dated = analyzed.filter(pl.col("start").is_not_null())
         if not dated.is_empty():
             months = dated.group_by(pl.col("start").dt.strftime("%Y-%m").alias("month"), "category").len().sort(["month", "category"])
             rows = [(m, code(c), str(n)) for m, c, n in months.iter_rows()]
             out += ["## When", "", table(["month", "category", "incidents"], rows), ""]
-        out += _timing(index)
+        out += _timing(index) + _review_queue(analyzed)
     failed = index.filter(pl.col("error").is_not_null())
     if not failed.is_empty():
         rows = [(code(i), cell(e, 200)) for i, e in failed.select("id", "error").iter_rows()]
@@ -99,6 +106,54 @@ def _signatures(failed_runs: pl.DataFrame) -> list[str]:
         for r in recurring.iter_rows(named=True)
     ]
     return ["## Recurring signatures", "", table(["signature", "category", "failures", "first seen", "last seen", "e.g."], rows), ""]
+
+
+def _unknown_templates(failed_runs: pl.DataFrame) -> list[str]:
+    """UNKNOWN failures grouped by their first failure line's template, most frequent first."""
+    unknown = failed_runs.filter(pl.col("category") == "UNKNOWN")
+    silent = unknown.filter(pl.col("first_failure_text").is_null()).height
+    unknown = unknown.filter(pl.col("first_failure_text").is_not_null())
+    note = [f"{silent} more UNKNOWN verdicts cite no failure line: their logs show neither a failure nor health.", ""] if silent else []
+    if unknown.is_empty():
+        return ["## UNKNOWN failures by message", "", *note] if silent else []
+    grouped = (
+        unknown.with_columns(template=error_template(pl.col("first_failure_text")))
+        .group_by("template")
+        .agg(incidents=pl.len(), ids=pl.col("id").sort())
+        .sort(["incidents", "template"], descending=[True, False])
+    )
+    rows = [(code(t[:160]), str(n), cell(", ".join(ids[:3]))) for t, n, ids in grouped.head(TEMPLATES_SHOWN).iter_rows()]
+    rest = grouped.height - min(grouped.height, TEMPLATES_SHOWN)
+    return [
+        "## UNKNOWN failures by message",
+        "",
+        f"{unknown.height} failures match no known signature. Their first failure lines, numbers, ids, paths and quoted "
+        "strings masked: the most frequent are what the catalog should learn next.",
+        "",
+        table(["first failure line (template)", "incidents", "e.g."], rows),
+        "",
+        *([f"{rest} more templates are in index.parquet (`first_failure_text`).", ""] if rest else []),
+        *note,
+    ]
+
+
+def _review_queue(analyzed: pl.DataFrame) -> list[str]:
+    """Verdicts below REVIEW_BELOW confidence, least sure first."""
+    unsure = analyzed.filter(pl.col("confidence") < REVIEW_BELOW).sort(["confidence", "id"])
+    if unsure.is_empty():
+        return []
+    rows = [
+        (code(r["id"]), code(r["category"]), r["state"] or "", f"{r['confidence']:.2f}", cell(r["summary"], 160))
+        for r in unsure.head(REVIEW_SHOWN).iter_rows(named=True)
+    ]
+    return [
+        "## Review queue",
+        "",
+        f"{unsure.height} verdicts are less than {REVIEW_BELOW:.0%} sure of themselves; the least sure first.",
+        "",
+        table(["incident", "category", "state", "confidence", "summary"], rows),
+        "",
+    ]
 
 
 def _day(moment: datetime | None) -> str:

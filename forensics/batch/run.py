@@ -51,6 +51,7 @@ INDEX_COLUMNS = (
     "end",
     "first_failure_file",
     "first_failure_line",
+    "first_failure_text",
     "error",
 )
 
@@ -139,6 +140,7 @@ def run_job(job: Job) -> dict[str, Any]:
         end=incident["end"],
         first_failure_file=first.get("file"),
         first_failure_line=first.get("line"),
+        first_failure_text=first.get("text"),
     )
     return row
 

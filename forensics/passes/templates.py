@@ -21,7 +21,8 @@ NOISE = (
 )
 
 
-def _masked(text: pl.Expr) -> pl.Expr:
+def error_template(text: pl.Expr) -> pl.Expr:
+    """The message with its launcher prefix dropped and its numbers, hex ids, paths and quoted strings masked."""
     return (
         text.str.replace(r"^(?:\S*\[(?:rank|default)\d+\]:\s?)+", "")
         .str.replace_all(r"0x[0-9a-fA-F]+", "<hex>")
@@ -44,7 +45,7 @@ def unmatched_error_templates(lines: pl.DataFrame, findings: pl.DataFrame, limit
         lines.lazy()
         .filter(pl.col("text").str.contains(ERROR_LIKE) & ~pl.col("text").str.contains(NOISE))
         .join(explained.lazy(), on=["file", "line"], how="anti")
-        .with_columns(template=_masked(pl.col("text")))
+        .with_columns(template=error_template(pl.col("text")))
         .sort(["file", "line"])
         .group_by("template")
         .agg(
