@@ -10,6 +10,15 @@ prints (`IndexKernel.cu:93: ... Assertion ... failed.`) go straight to stderr, p
 launcher's prefix. When the next rank-tagged line of the file, within
 NATIVE_RUN_MAX_LINES, opens a traceback, that rank printed them: the process that
 raises is the one whose kernel failed (`attribute_native_runs`).
+A Python traceback without a rank prefix is claimed by the worker a launcher names next to
+it (`attribute_worker_tracebacks`), on a single node only (the launcher names a local rank):
+torch.multiprocessing.spawn re-raises a worker's error after `-- Process N terminated with
+the following error:`, so the traceback that opens on the next line is process N's; and
+torchrun's agent reports `failed (exitcode: N) local_rank: K` right after the traceback of
+the worker that raised (within AGENT_GAP lines: its SIGTERMs to the other workers come
+between), so the last traceback ending before that line is worker K's. Process 0 is named only
+where the job shows another process (a line of another rank, or torchrun closing another
+worker): in a one-process job there is no worker to single out.
 """
 
 from __future__ import annotations
@@ -17,9 +26,13 @@ from __future__ import annotations
 import polars as pl
 
 from forensics.ingest.nccl import process_ranks
+from forensics.passes.frames import FRAME
 
 NATIVE_RUN_MAX_LINES = 64  # a device assert prints one line per failing thread (up to a warp)
 NATIVE_CATEGORIES = ["CUDA_ERROR", "CUDA_OOM"]
+SPAWNED = r"^-- Process (\d+) terminated with the following error:"
+AGENT_FAILED = r"failed \(exitcode: [1-9]\d*\) local_rank: (\d+)"
+AGENT_GAP = 16
 
 
 def pid_ranks(exits: pl.DataFrame | None, topology: pl.DataFrame | None) -> pl.DataFrame:
@@ -105,4 +118,42 @@ def attribute_native_runs(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.Dat
         findings.join(claimed, on=["file", "line"], how="left", maintain_order="left")
         .with_columns(rank=pl.when(native).then(pl.coalesce("rank", "next_rank")).otherwise("rank"))
         .drop("next_rank")
+    )
+
+
+def attribute_worker_tracebacks(findings: pl.DataFrame, lines: pl.DataFrame, single_node: bool) -> pl.DataFrame:
+    """Ranks for the findings of an untagged traceback that a launcher line names (see module notes)."""
+    if not single_node or findings.is_empty() or lines.is_empty() or findings["rank"].is_not_null().all():
+        return findings
+    text = pl.col("text")
+    untagged = lines.filter(pl.col("rank").is_null()).select("file", "line", "block")
+    spawned = lines.filter(text.str.contains(SPAWNED)).select("file", block=pl.col("line") + 1, claim=text.str.extract(SPAWNED))
+    agent = lines.filter(text.str.contains(AGENT_FAILED)).select("file", "line", claim=text.str.extract(AGENT_FAILED)).sort("file", "line")
+    tracebacks = lines.filter(pl.col("rank").is_null() & text.str.contains(FRAME)).select("file", "block").unique()
+    endings = (
+        untagged.join(tracebacks, on=["file", "block"], how="semi")
+        .group_by("file", "block")
+        .agg(end=pl.col("line").max())
+        .sort("file", "end")
+    )
+    reported = (
+        agent.join_asof(endings, left_on="line", right_on="end", by="file", strategy="backward", check_sortedness=False)
+        .filter(pl.col("line") - pl.col("end") <= AGENT_GAP)
+        .select("file", "block", "claim")
+    )
+    claims = (
+        pl.concat([spawned, reported])
+        .join(untagged.select("file", "block").unique(), on=["file", "block"], how="semi")
+        .with_columns(pl.col("claim").cast(pl.Int32))
+        .unique(["file", "block"], keep="first", maintain_order=True)
+    )
+    several = lines.select((pl.col("rank") > 0).any() | text.str.contains(" closing signal SIG", literal=True).any()).item()
+    claims = claims.filter((pl.col("claim") > 0) | several)
+    if claims.is_empty():
+        return findings
+    owner = untagged.join(claims, on=["file", "block"]).select("file", "line", "claim")
+    return (
+        findings.join(owner, on=["file", "line"], how="left", maintain_order="left")
+        .with_columns(rank=pl.coalesce("rank", "claim"))
+        .drop("claim")
     )

@@ -9,7 +9,15 @@ from forensics.ingest.fabric import parse_fabric
 from forensics.ingest.flight_recorder import load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
 from forensics.ingest.pcie import parse_pcie
-from forensics.passes.attribution import attribute_native_runs, attribute_ranks, fill_hosts, known_hosts, pid_ranks, rank_hosts
+from forensics.passes.attribution import (
+    attribute_native_runs,
+    attribute_ranks,
+    attribute_worker_tracebacks,
+    fill_hosts,
+    known_hosts,
+    pid_ranks,
+    rank_hosts,
+)
 from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
@@ -73,13 +81,15 @@ def render_collectives_section(incident: Incident) -> str | None:
 
 
 def attribution_pass(incident: Incident, progress: Progress) -> None:
-    """Ranks for launcher and kernel lines that name a worker by rank, pid or local rank, and for
-    CUDA runtime lines printed just before one rank's traceback; NCCL error-return chains take
+    """Ranks for launcher and kernel lines that name a worker by rank, pid or local rank, for
+    CUDA runtime lines printed just before one rank's traceback, and for untagged tracebacks a
+    launcher names the worker of; NCCL error-return chains take
     the category of the WARN line that starts them."""
     exits, topology = incident.tables.get("exits"), incident.tables.get("nccl_topology")
     single_node = len(known_hosts(incident.lines, exits, topology)) <= 1
     incident.findings = attribute_ranks(incident.findings, pid_ranks(exits, topology), single_node)
     incident.findings = attribute_native_runs(incident.findings, incident.lines)
+    incident.findings = attribute_worker_tracebacks(incident.findings, incident.lines, single_node)
     incident.findings = explain_chains(incident.findings)
     incident.tables["rank_hosts"] = rank_hosts(incident.lines, exits, topology)
     incident.findings = fill_hosts(incident.findings, incident.tables["rank_hosts"])
