@@ -275,6 +275,24 @@ SAMPLES = [
         None,
         id="average-meter",
     ),
+    pytest.param(  # Horovod#372: TensorFlow's LoggingTensorHook, spaces around `=`
+        "INFO:tensorflow:loss = 0.0805988, step = 991 (0.387 sec)",
+        991,
+        0.0805988,
+        None,
+        None,
+        None,
+        id="tensorflow-estimator",
+    ),
+    pytest.param(  # tensorflow#42834: Python's zero-padded format prints nan as `0000nan`
+        "Step      80 (23.64%): loss = 0000nan EER=0.00000",
+        80,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="zero-padded-nan",
+    ),
 ]
 
 

@@ -16,7 +16,8 @@ import polars as pl
 
 from forensics.schema import METRICS, conform, empty
 
-NUMBER = r"([-+]?(?:\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|-?inf)))"
+# A value, nan and inf included; Python's zero-padded formats print nan as `0000nan` (`%09.5f`).
+NUMBER = r"([-+]?(?:0*(?i:nan|inf)\b|\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?))"
 
 # A training loop's tqdm bar: HF Trainer's bare ` 84%|████▍ | 101/120 [01:07<03:28, 10.97s/it]`,
 # Lightning's `Epoch 3:`, sd-scripts' `steps:`. Bars with any other label (`Loading checkpoint
@@ -31,7 +32,7 @@ YOLO_EPOCH_ROW = r"^\s*(\d+)/\d+\s+\d+(?:\.\d+)?G\s+\d*\.\d+\s+\d*\.\d+"
 STEP = [
     r"\biteration:?\s+(\d+)\s*/",  # Megatron, NeMo 2 `iteration 10/`, nanotron `iteration: 327284 / 378950`
     r"\bglobal_step[=:]\s*(\d+(?:\.\d+)?(?:e\+\d+)?)",  # Lightning / NeMo bar (may be 3.2e+4)
-    r"(?i)\bstep(?:[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`
+    r"(?i)\bstep(?: ?[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`, TF `step = 991`
     r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
     r"'step': '?(\d+)",  # HF dict with a step callback
     r'^\{"train_.*"epoch": (\d+)\}\s*$',  # MAE/DeiT/DINO log.txt, one JSON line per epoch
@@ -50,7 +51,7 @@ LOSS = [
     r"'loss': '?" + NUMBER,
     r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
     r'[{,] "loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
-    r"(?i)\bloss[=:]\s*" + NUMBER,
+    r"(?i)\bloss ?[=:]\s*" + NUMBER,  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`
     r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
@@ -125,7 +126,7 @@ def _first(patterns: list[str]) -> pl.Expr:
 
 
 def _float(expr: pl.Expr) -> pl.Expr:
-    return expr.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
+    return expr.str.replace_all(",", "", literal=True).str.replace(r"^([-+]?)0+([nNiI])", "${1}${2}").cast(pl.Float64, strict=False)
 
 
 def _scaled(pattern: str, factors: dict[str, float], default: float | None) -> pl.Expr:
