@@ -267,6 +267,8 @@ def build_hypotheses(
         host_level = culprit_rows.filter(pl.col("pattern").is_in(host_faults) & pl.col("host").is_not_null())
         if not host_level.is_empty():
             hosts = host_level["host"].unique(maintain_order=True).to_list()
+            on_hosts = culprit_rows.filter(pl.col("host").is_in(hosts))["rank"].drop_nulls().cast(pl.Int64).to_list()
+            ranks = [r for r in ranks if r in on_hosts]
         evidence_frame = group.sort(
             [pl.col("role").replace_strict(ROLE_WEIGHT, default=0.0), pl.col("order_time").is_null(), "order_time", "file", "line"],
             descending=[True, False, False, False, False],

@@ -23,6 +23,7 @@ from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
 from forensics.passes.fabric import dcgm_findings, fabric_findings, pcie_findings
 from forensics.passes.nccl_chains import explain_chains
+from forensics.passes.network_peers import lost_peer_hosts
 from forensics.report.cluster_section import render_cluster
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import InputKind, empty
@@ -97,11 +98,13 @@ def attribution_pass(incident: Incident, progress: Progress) -> None:
 
 def fabric_pass(incident: Incident, progress: Progress) -> None:
     """InfiniBand ports that are not Active, PCIe links below what they can run, failed DCGM
-    diagnostics and NVLinks down, as findings on their host."""
+    diagnostics, NVLinks down, and the peer host that transport errors on several hosts name,
+    as findings on their host."""
     tables = incident.tables
     incident.add_findings(fabric_findings(tables.get("ib_ports")))
     incident.add_findings(pcie_findings(tables.get("pcie_links")))
     incident.add_findings(dcgm_findings(tables.get("dcgm_diag"), tables.get("nvlink_status")))
+    incident.add_findings(lost_peer_hosts(incident.findings, tables.get("nccl_interfaces"), incident.lines))
 
 
 def render_cluster_section(incident: Incident) -> str | None:
