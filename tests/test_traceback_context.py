@@ -142,3 +142,28 @@ def test_an_exception_in_a_dataset_file_s_function_is_the_data_pipeline_but_not_
     findings = classify_by_frames(_lines(tmp_path, DATASET_FUNCTION_TRACEBACK), empty(FINDINGS))
     assert findings.select("pattern", "category", "line").rows() == [("CTX002", "DATA_PIPELINE", 7)]
     assert classify_by_frames(_lines(tmp_path, DATASET_IMPORT_TRACEBACK), empty(FINDINGS)).is_empty()
+
+
+# tensorflow#6493 (real lines, shortened): TensorFlow's Saver uploading a checkpoint to GCS.
+TF_SAVER_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/root/.local/lib/python2.7/site-packages/translate/translate.py", line 229, in train
+    model.saver.save(sess, checkpoint_path, global_step=model.global_step)
+  File "/usr/local/lib/python2.7/dist-packages/tensorflow/python/training/saver.py", line 1323, in save
+    {self.saver_def.filename_tensor_name: checkpoint_file})
+tensorflow.python.framework.errors_impl.UnavailableError: Unexpected response code 410 when resuming upload
+"""
+# nnU-Net#1797 (real frame, shortened): a worker of the package's dataloading/ folder, on Windows.
+NNUNET_TRACEBACK = """\
+Traceback (most recent call last):
+  File "c:\\users\\user\\nnunet-wjcheon\\nnunetv2\\training\\dataloading\\utils.py", line 15, in _convert_to_npy
+    np.save(npz_file[:-3] + "npy", a['data'])
+zlib.error: Error -3 while decompressing data: invalid stored block lengths
+"""
+
+
+def test_tensorflow_s_saver_is_checkpoint_code_and_a_dataloading_folder_is_the_data_pipeline(tmp_path):
+    saver = classify_by_frames(_lines(tmp_path, TF_SAVER_TRACEBACK), empty(FINDINGS))
+    assert saver.select("pattern", "category").rows() == [("CTX001", "CHECKPOINT_IO")]
+    loader = classify_by_frames(_lines(tmp_path, NNUNET_TRACEBACK), empty(FINDINGS))
+    assert loader.select("pattern", "category").rows() == [("CTX002", "DATA_PIPELINE")]

@@ -18,17 +18,20 @@ STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \
 
 # Checkpoint I/O, never activation checkpointing (torch/utils/checkpoint.py, checkpoint_wrapper):
 # torch's own modules, the frameworks' checkpoint modules (mmengine's CheckpointHook, Composer's
-# trainer/checkpoint.py, Lightning's connector and ModelCheckpoint, DeepSpeed's checkpoint engine)
-# and any function that saves, loads, downloads or restores a checkpoint.
+# trainer/checkpoint.py, Lightning's connector and ModelCheckpoint, DeepSpeed's checkpoint engine,
+# TensorFlow's Saver and tf.train.Checkpoint), any function that saves, loads, downloads or
+# restores a checkpoint (`save_checkpoint`, `write_ckpt`), and a function called just `save`.
 CHECKPOINT_FRAMES = (
     r"torch/serialization\.py|torch/distributed/checkpoint/|dist_checkpointing/|safetensors"
     r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/model_checkpoint\.py|checkpoint_engine/"
     r"|\b_{0,2}(?:save|load|download|restore)_(?:zero_)?checkpoint\b|in _save\b"
+    r"|tensorflow/python/training/saver\.py|tensorflow/python/checkpoint/|\b(?:save|write|load|read|restore)_ckpt\b|, in save\s*$"
 )
-# The data pipeline: torch's DataLoader machinery, Hugging Face `datasets`, and any function of a
-# file named for datasets or loaders (`dataset.py`, `coco_dataset.py`, `data_loader.py`); never
-# such a file's module level (`in <module>`: an import that failed says nothing about data).
+# The data pipeline: torch's DataLoader machinery, Hugging Face `datasets`, a package folder named
+# for data loading (nnU-Net's `training/dataloading/`), and any function of a file named for
+# datasets or loaders (`dataset.py`, `coco_dataset.py`, `data_loader.py`); never such a file's
+# module level (`in <module>`: an import that failed says nothing about data).
 DATALOADER_FRAMES = (
-    r"torch/utils/data/|in _worker_loop\b|site-packages/datasets/"
+    r"torch/utils/data/|in _worker_loop\b|site-packages/datasets/|[\\/]data_?load(?:ing|ers?)[\\/]"
     r"|(?i:[\w-]*(?:dataset|data_?loader)[\w-]*\.py)\", line \d+, in \w"
 )

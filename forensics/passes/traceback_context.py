@@ -46,7 +46,7 @@ CONTEXTS = [
     (
         "CTX002",
         "DATA_PIPELINE",
-        "Exception raised inside DataLoader code",
+        "Exception raised inside data-loading code",
         DATALOADER_FRAMES,
         frozenset(),
     ),
