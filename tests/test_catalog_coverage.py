@@ -30,7 +30,10 @@ INTENDED_OVERLAPS = {
     frozenset({"NUM001", "NUM007"}),
     frozenset({"NUM004", "NUM006"}),
     frozenset({"GEN001", "GEN002"}),  # CUDA_ERROR_OUT_OF_MEMORY: the OOM family is the more specific
-    frozenset({"GEN001", "GEN010"}),  # a glog `Check failed:` abort whose message is a CUDA error: the CUDA family says what
+    frozenset({"GEN001", "GEN010"}),
+    frozenset(
+        {"NUM017", "NUM026"}
+    ),  # DeepLab's CheckNumerics message is itself `Loss is inf or nan.`  # a glog `Check failed:` abort whose message is a CUDA error: the CUDA family says what
     frozenset({"EVT018", "GEN007"}),  # a preemption notice that also says a checkpoint is being saved
     frozenset({"NUM010", "NUM021"}),  # an overflow (an event) whose new loss scale is near the floor (a failure)
     frozenset({"NUM011", "NUM021"}),
