@@ -385,7 +385,10 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     return "unknown"
 
 
-def _cascade_note(findings: pl.DataFrame, culprits: list[int]) -> str:
+def _cascade_note(findings: pl.DataFrame, culprits: list[int], category: str) -> str:
+    if category == Category.ENVIRONMENT:
+        reporting = findings.filter(pl.col("category") == category, pl.col("role") != "event")["rank"].drop_nulls().n_unique()
+        return f" {reporting} ranks reported it: a problem of the job's setup, not of one rank." if reporting > 1 else ""
     crowd = findings.filter(pl.col("role").is_in(["cascade"]) & pl.col("rank").is_not_null())
     others = crowd.filter(~pl.col("rank").is_in(culprits))["rank"].n_unique() if not crowd.is_empty() else 0
     if not others:
@@ -589,7 +592,7 @@ def decide(
     first = None
     if top.first:
         first = {k: top.first[k] for k in ("rank", "time", "time_after", "file", "line", "text")}
-    summary = top.summary + _cascade_note(findings, top.culprit_ranks)
+    summary = top.summary + _cascade_note(findings, top.culprit_ranks, top.category)
     return Verdict(
         category=top.category,
         state=_state(top.category, ranks, findings, top.culprit_ranks),

@@ -400,6 +400,8 @@ def test_a_launch_configuration_error_reported_by_every_rank_is_the_job_s_not_a_
         )
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("ENVIRONMENT", [])
+    assert verdict.summary.endswith("2 ranks reported it: a problem of the job's setup, not of one rank.")
+    assert "UNKNOWN" not in verdict.summary
 
 
 def test_a_misnamed_socket_interface_on_the_only_rank_blames_the_setup_not_rank_0(tmp_path):
