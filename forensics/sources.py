@@ -45,6 +45,7 @@ PASSES: list[Step] = [
     Step("timing", timing.timing_pass),
     Step("stragglers", timing.straggler_pass),
     Step("numerics", health.numerics_pass),
+    Step("host-memory", health.host_memory_pass),
     Step("health", health.health_pass),  # last: proofs of health weigh every finding before them
 ]
 

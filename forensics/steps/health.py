@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.health import abrupt_stops, health_proofs, progress_lines
+from forensics.passes.host_memory import host_memory_climb
 from forensics.passes.numerics import numerical_findings, numerics_table
 from forensics.steps.common import Progress
 
@@ -13,6 +14,11 @@ def numerics_pass(incident: Incident, progress: Progress) -> None:
     table = numerics_table(incident.metrics)
     incident.tables["numerics"] = table
     incident.add_findings(numerical_findings(table, incident.metrics, incident.lines))
+
+
+def host_memory_pass(incident: Incident, progress: Progress) -> None:
+    """Host memory that a trainer's own lines show multiplying: a leak heading for the OOM killer."""
+    incident.add_findings(host_memory_climb(incident.lines))
 
 
 def health_pass(incident: Incident, progress: Progress) -> None:
