@@ -46,6 +46,7 @@ PASSES: list[Step] = [
     Step("stragglers", timing.straggler_pass),
     Step("numerics", health.numerics_pass),
     Step("host-memory", health.host_memory_pass),
+    Step("skipped-updates", health.skipped_updates_pass),
     Step("health", health.health_pass),  # last: proofs of health weigh every finding before them
 ]
 

@@ -6,6 +6,7 @@ from forensics.incident import Incident
 from forensics.passes.health import abrupt_stops, health_proofs, progress_lines
 from forensics.passes.host_memory import host_memory_climb
 from forensics.passes.numerics import numerical_findings, numerics_table
+from forensics.passes.skipped_updates import persistent_skips
 from forensics.steps.common import Progress
 
 
@@ -19,6 +20,11 @@ def numerics_pass(incident: Incident, progress: Progress) -> None:
 def host_memory_pass(incident: Incident, progress: Progress) -> None:
     """Host memory that a trainer's own lines show multiplying: a leak heading for the OOM killer."""
     incident.add_findings(host_memory_climb(incident.lines))
+
+
+def skipped_updates_pass(incident: Incident, progress: Progress) -> None:
+    """Optimizer steps skipped on non-finite gradients that go on to the end of the log."""
+    incident.add_findings(persistent_skips(incident.findings, incident.lines))
 
 
 def health_pass(incident: Incident, progress: Progress) -> None:

@@ -1,0 +1,51 @@
+"""Optimizer steps skipped on non-finite gradients, to the end of the log: the model stopped training.
+
+Enters: FINDINGS (the catalog's events that say a step was skipped because its gradient norm
+was NaN/Inf: SKIP_EVENTS) and LINES. Leaves: METRIC013 findings (NUMERICAL, warning, symptom),
+one per stream (file, rank) with at least MIN_SKIPS such events whose last one lies in the
+stream's last TAIL_LINES lines. A few skips while an fp16 loss scaler settles are normal and
+end long before the log does; skips that continue to its end mean every step overflows or is
+NaN. Cites the last skip.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.schema import FINDINGS, conform, empty
+
+SKIP_EVENTS = ["NUM027"]
+MIN_SKIPS = 3
+TAIL_LINES = 5
+STREAM = ["file", "stream"]
+
+
+def persistent_skips(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """METRIC013 per stream whose skipped steps go on to its end (see module notes)."""
+    skips = findings.filter(pl.col("pattern").is_in(SKIP_EVENTS))
+    if skips.height < MIN_SKIPS or lines.is_empty():
+        return empty(FINDINGS)
+    ends = lines.group_by("file", stream=pl.col("rank").fill_null(-1)).agg(tail_start=pl.col("line").sort().tail(TAIL_LINES).first())
+    persisting = (
+        skips.with_columns(stream=pl.col("rank").fill_null(-1))
+        .sort("file", "line")
+        .group_by(STREAM, maintain_order=True)
+        .agg(pl.len().alias("skips"), pl.all().last())
+        .join(ends, on=STREAM)
+        .filter(pl.col("skips") >= MIN_SKIPS, pl.col("line") >= pl.col("tail_start"))
+    )
+    found = persisting.select(
+        "file",
+        "line",
+        "rank",
+        "time",
+        "text",
+        "host",
+        pattern=pl.lit("METRIC013"),
+        title=pl.format("Optimizer steps keep being skipped on non-finite gradients: {} skips, the last at the end of the log", "skips"),
+        category=pl.lit("NUMERICAL"),
+        severity=pl.lit("warning"),
+        role=pl.lit("symptom"),
+        captures=pl.struct("skips").struct.json_encode(),
+    )
+    return conform(found, FINDINGS)

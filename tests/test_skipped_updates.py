@@ -1,0 +1,30 @@
+"""Steps skipped on NaN gradients to the end of the log are a numerical failure; a warm-up's few are not."""
+
+from __future__ import annotations
+
+from forensics.flow import analyze
+
+# ESPnet#3170 (real lines): skips at step after step, to the last line.
+SKIP = "[user] 2021-04-23 19:22:5{}.229 (trainer:581) WARNING: The grad norm is nan. Skipping updating the model."
+PROGRESS = (
+    "[user] 2021-04-23 19:22:56,245 (trainer:636) INFO: 2epoch:train:12009-12640batch: iter_time=3.163e-04, "
+    "forward_time=0.110, loss=65.129, loss_att=124.079, loss_ctc=144.685, acc=0.065, backward_time=0.086, "
+    "optim0_lr0=1.485e-05, train_time=0.624"
+)
+
+
+def _verdict(tmp_path, lines):
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    return analyze(tmp_path).verdict
+
+
+def test_skips_that_go_on_to_the_end_of_the_log_are_numerical(tmp_path):
+    verdict = _verdict(tmp_path, [SKIP.format(i) for i in range(4)] + [PROGRESS, SKIP.format(8)])
+    assert (verdict.category, verdict.state) == ("NUMERICAL", "diverged")
+    assert "5 skips" in verdict.summary
+
+
+def test_a_few_skips_that_stop_are_a_warm_up_not_a_failure(tmp_path):
+    warm_up = [SKIP.format(i) for i in range(4)] + [PROGRESS.replace("12009-12640", f"{n}-{n + 631}") for n in range(12009, 18009, 632)]
+    assert _verdict(tmp_path, warm_up).category != "NUMERICAL"
+    assert _verdict(tmp_path, [SKIP.format(1), SKIP.format(2)]).category != "NUMERICAL"
