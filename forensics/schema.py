@@ -189,6 +189,24 @@ FINDINGS = frame(
     ("captures", pl.String, "JSON object: the pattern's named captures, or the pass's details"),
 )
 
+CITATION = ("file", "line", "rank", "time", "text", "host")
+
+
+def citing(rows: pl.DataFrame, *, pattern: str, title: pl.Expr, category: str, severity: str, role: str, captures: pl.Expr) -> pl.DataFrame:
+    """FINDINGS rows, one per row of `rows`, each citing that row's line (the CITATION columns it has)."""
+    cited = [column for column in CITATION if column in rows.columns]
+    found = rows.select(
+        *cited,
+        pattern=pl.lit(pattern),
+        title=title,
+        category=pl.lit(category),
+        severity=pl.lit(severity),
+        role=pl.lit(role),
+        captures=captures,
+    )
+    return conform(found, FINDINGS)
+
+
 METRICS = frame(
     "metrics",
     "Training metrics parsed from log lines: one row per metric line.",

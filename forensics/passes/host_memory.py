@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from forensics.schema import FINDINGS, conform, empty
+from forensics.schema import FINDINGS, citing, empty
 
 HOST_MEMORY = (
     r"(?i)(?:\bRSS MEM USE:|CPU Virtual Memory:\s+used =|\b(?:rss|host[ _]mem(?:ory)?|cpu[ _]mem(?:ory)?|ram)(?: used)?[=:])"
@@ -53,18 +53,12 @@ def host_memory_climb(lines: pl.DataFrame) -> pl.DataFrame:
             pl.col("last_gib") >= CLIMB * pl.col("first_gib"),
         )
     )
-    found = streams.select(
-        "file",
-        "line",
-        "rank",
-        "time",
-        "text",
-        "host",
-        pattern=pl.lit("MEM001"),
+    return citing(
+        streams,
+        pattern="MEM001",
         title=pl.format("Host memory climbed from {} to {} GB over {} readings", "first_gib", "last_gib", "readings"),
-        category=pl.lit("HOST_OOM"),
-        severity=pl.lit("warning"),
-        role=pl.lit("symptom"),
+        category="HOST_OOM",
+        severity="warning",
+        role="symptom",
         captures=pl.struct("first_gib", "last_gib", "readings").struct.json_encode(),
     )
-    return conform(found, FINDINGS)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from forensics.schema import FINDINGS, conform, empty
+from forensics.schema import FINDINGS, citing, empty
 
 SKIP_EVENTS = ["NUM027"]
 MIN_SKIPS = 3
@@ -34,18 +34,12 @@ def persistent_skips(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFram
         .join(ends, on=STREAM)
         .filter(pl.col("skips") >= MIN_SKIPS, pl.col("line") >= pl.col("tail_start"))
     )
-    found = persisting.select(
-        "file",
-        "line",
-        "rank",
-        "time",
-        "text",
-        "host",
-        pattern=pl.lit("METRIC013"),
+    return citing(
+        persisting,
+        pattern="METRIC013",
         title=pl.format("Optimizer steps keep being skipped on non-finite gradients: {} skips, the last at the end of the log", "skips"),
-        category=pl.lit("NUMERICAL"),
-        severity=pl.lit("warning"),
-        role=pl.lit("symptom"),
+        category="NUMERICAL",
+        severity="warning",
+        role="symptom",
         captures=pl.struct("skips").struct.json_encode(),
     )
-    return conform(found, FINDINGS)
