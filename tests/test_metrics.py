@@ -293,6 +293,15 @@ SAMPLES = [
         None,
         id="zero-padded-nan",
     ),
+    pytest.param(  # danijar/dreamer#58: per-network norms and losses, space-separated; the world model's come first
+        "[7000] expl_amount 0.3 / model_grad_norm nan / value_grad_norm 81.3 / actor_grad_norm 0.1 / prior_ent 76.6 / post_ent 68.2 / image_loss 8496855334057326588896827408384.0 / reward_loss 1067895404697208119929243435008.0 / div inf / model_loss inf / value_loss 5.0 / actor_loss -25.3 / action_ent -63.6 / fps 9.3",
+        None,
+        float("inf"),
+        float("nan"),
+        None,
+        None,
+        id="dreamer-per-network",
+    ),
 ]
 
 
@@ -322,6 +331,8 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
         "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
         # A bar that counts something other than training steps is not a step.
         "Loading checkpoint shards: 100%|██████████| 61/61 [05:45<00:00,  5.66s/it]",
+        # A clipping setting is not a measured norm.
+        "Namespace(clip_grad_norm=1.0, max_grad_norm=inf, seed=42)",
     ],
 )
 def test_lines_without_a_known_measure_give_no_row(text):

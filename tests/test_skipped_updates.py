@@ -21,7 +21,26 @@ def _verdict(tmp_path, lines):
 def test_skips_that_go_on_to_the_end_of_the_log_are_numerical(tmp_path):
     verdict = _verdict(tmp_path, [SKIP.format(i) for i in range(4)] + [PROGRESS, SKIP.format(8)])
     assert (verdict.category, verdict.state) == ("NUMERICAL", "diverged")
-    assert "5 skips" in verdict.summary
+    assert "5 training steps skipped" in verdict.summary
+
+
+# ESPnet#186 (real lines): batches whose loss ESPnet throws away as absurd, one skipped update among them.
+DISCARDED = [
+    "2018-05-23 13:05:04,260 (e2e_asr_attctc:88) WARNING: loss (=250000064.000000) is not correct",
+    "2018-05-23 13:05:12,361 (e2e_asr_attctc:88) WARNING: loss (=1500000000.000000) is not correct",
+    "2018-05-23 13:05:13,682 (asr_chainer:132) WARNING: grad norm is nan. Do not update model.",
+    "2018-05-23 13:05:14,925 (e2e_asr_attctc:88) WARNING: loss (=250000048.000000) is not correct",
+]
+
+
+def test_discarded_losses_to_the_end_of_the_log_count_with_skipped_steps(tmp_path):
+    verdict = _verdict(tmp_path, DISCARDED)
+    assert (verdict.category, verdict.state) == ("NUMERICAL", "diverged")
+    assert "4 training steps skipped" in verdict.summary
+    assert (
+        _verdict(tmp_path, DISCARDED[:2] + [PROGRESS.replace("12009-12640", f"{n}-{n + 631}") for n in range(12009, 18009, 632)]).category
+        != "NUMERICAL"
+    )
 
 
 def test_a_few_skips_that_stop_are_a_warm_up_not_a_failure(tmp_path):

@@ -52,12 +52,17 @@ LOSS = [
     r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
     r'[{,] "loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
     r"(?i)\bloss ?[=:]\s*" + NUMBER,  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`
-    r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
-    + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
+    r"\b(?:avr|avg|train|running|mean|total|lm|model)_loss(?:[=:]\s*|\s+)"
+    + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`, Dreamer `model_loss inf`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
 ]
-GRAD_NORM = [r"\bgrad[ _]norm[=:]?\s*" + NUMBER, r"'grad_norm': '?" + NUMBER]
+GRAD_NORM = [
+    r"\bgrad[ _]norm[=:]?\s*" + NUMBER,
+    r"'grad_norm': '?" + NUMBER,
+    r"\b(?:model|total|global|actor|critic|policy|value)_grad_norm[=:]?\s*"
+    + NUMBER,  # Dreamer/RL `model_grad_norm nan`: never max_/clip_ settings
+]
 # Durations: named groups `value` and `unit` (ms, s, sec, us, µs; a missing unit is seconds).
 VALUE = r"(?P<value>\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?)"
 UNIT = r"(?P<unit>ms|us|µs|sec|s)\b"

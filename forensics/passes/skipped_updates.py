@@ -1,7 +1,7 @@
-"""Optimizer steps skipped on non-finite gradients, to the end of the log: the model stopped training.
+"""Training steps skipped or discarded as non-finite, to the end of the log: the model stopped training.
 
 Enters: FINDINGS (the catalog's events that say a step was skipped because its gradient norm
-was NaN/Inf: SKIP_EVENTS) and LINES. Leaves: METRIC013 findings (NUMERICAL, warning, symptom),
+was NaN/Inf, or a batch's loss was thrown away as NaN or absurd: SKIP_EVENTS) and LINES. Leaves: METRIC013 findings (NUMERICAL, warning, symptom),
 one per stream (file, rank) with at least MIN_SKIPS such events whose last one lies in the
 stream's last TAIL_LINES lines. A few skips while an fp16 loss scaler settles are normal and
 end long before the log does; skips that continue to its end mean every step overflows or is
@@ -14,7 +14,7 @@ import polars as pl
 
 from forensics.schema import FINDINGS, citing, empty
 
-SKIP_EVENTS = ["NUM027"]
+SKIP_EVENTS = ["NUM027", "NUM029"]
 MIN_SKIPS = 3
 TAIL_LINES = 5
 STREAM = ["file", "stream"]
@@ -37,7 +37,7 @@ def persistent_skips(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFram
     return citing(
         persisting,
         pattern="METRIC013",
-        title=pl.format("Optimizer steps keep being skipped on non-finite gradients: {} skips, the last at the end of the log", "skips"),
+        title=pl.format("{} training steps skipped or losses discarded as non-finite, the last at the end of the log", "skips"),
         category="NUMERICAL",
         severity="warning",
         role="symptom",
