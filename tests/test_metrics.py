@@ -194,6 +194,15 @@ SAMPLES = [
         id="mmcv-iter",
     ),
     pytest.param(" 84%|████████▍ | 101/120 [01:07<03:28, 10.97s/it]", 101, None, None, 10.97, None, id="hf-trainer-bar"),
+    pytest.param(  # raster-vision#2018: the bar's label carries a note
+        "Training (GPU=3): 100%|███████████████████████████████████████████████████████████████| 250/250 [00:37<00:00,  6.63it/s]",
+        250,
+        None,
+        None,
+        1 / 6.63,
+        None,
+        id="labelled-training-bar",
+    ),
     pytest.param(
         "Epoch 0:   0%|          | 2/351750 [00:04<204:24:55,  2.09s/it, loss=11, v_num=9-02, reduced_t",
         2,
@@ -331,6 +340,7 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
         "[rank0]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout",
         # A bar that counts something other than training steps is not a step.
         "Loading checkpoint shards: 100%|██████████| 61/61 [05:45<00:00,  5.66s/it]",
+        "Validating (GPU=0): 100%|███████████████████████████████████████████████████████████████| 38/38 [00:03<00:00, 12.02it/s]",
         # A clipping setting is not a measured norm.
         "Namespace(clip_grad_norm=1.0, max_grad_norm=inf, seed=42)",
     ],

@@ -20,10 +20,11 @@ from forensics.schema import METRICS, conform, empty
 NUMBER = r"([-+]?(?:0*(?i:nan|inf)\b|\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?))"
 
 # A training loop's tqdm bar: HF Trainer's bare ` 84%|████▍ | 101/120 [01:07<03:28, 10.97s/it]`,
-# Lightning's `Epoch 3:`, sd-scripts' `steps:`. Bars with any other label (`Loading checkpoint
-# shards:`, `Map:`, `caching latents`) count something other than training steps.
+# Lightning's `Epoch 3:`, sd-scripts' `steps:`, a label with a note (`Training (GPU=3):`). Bars
+# with any other label (`Loading checkpoint shards:`, `Map:`, `caching latents`) count
+# something other than training steps.
 TRAINING_BAR = (
-    r"^\s*(?:\[\w+\]:\s*|\d+:\s*)*(?:(?:Epoch \d+|steps|Training|train)\s*:\s*)?\d{1,3}%\|[^|]*\|\s*(\d+)/\d+\s*"
+    r"^\s*(?:\[\w+\]:\s*|\d+:\s*)*(?:(?:Epoch \d+|steps|Training|train)(?: \([^)]{1,40}\))?\s*:\s*)?\d{1,3}%\|[^|]*\|\s*(\d+)/\d+\s*"
     r"\[[\d:]+<[\d:?]+,\s*[\d.?]+\s*(?:s/it|it/s)"
 )
 # Ultralytics YOLOv5/v8 epoch rows: `     38/89     5.62G   0.02079  0.008967 ...` (epoch/epochs, GPU
