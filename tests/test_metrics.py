@@ -311,6 +311,15 @@ SAMPLES = [
         None,
         id="dreamer-per-network",
     ),
+    pytest.param(  # fixtures/incidents: the step's own loss, not the running average printed after it
+        "[default0]:2026-11-24 08:18:26,427 INFO [rank0] step 1 | loss 2.3321 | avg_loss 2.3109 | data_time 0.032s | step_time 0.111s",
+        1,
+        2.3321,
+        None,
+        0.111,
+        None,
+        id="loss-before-running-average",
+    ),
 ]
 
 

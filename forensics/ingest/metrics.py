@@ -53,10 +53,11 @@ LOSS = [
     r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
     r'[{,] "loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
     r"(?i)\bloss ?[=:]\s*" + NUMBER,  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`
-    r"\b(?:avr|avg|train|running|mean|total|lm|model)_loss(?:[=:]\s*|\s+)"
-    + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`, Dreamer `model_loss inf`; never val_/eval_loss
+    r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
+    + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
+    r"\bmodel_loss\s+" + NUMBER,  # Dreamer `image_loss 11650.7 / ... / model_loss inf`: after `loss 2.3` (never `avg_loss 2.3`)
 ]
 GRAD_NORM = [
     r"\bgrad[ _]norm[=:]?\s*" + NUMBER,
