@@ -272,6 +272,36 @@ def test_a_loss_that_jumps_several_fold_and_stays_up_is_numerical_and_a_spike_th
     assert _numerical(lines_frame(LITGPT_JUMP[:4])).is_empty()
 
 
+CAFFE_CLIMB = [  # wy1iu/sphereface#103: Caffe's solver lines, the loss rising at a fixed learning rate
+    "I0718 05:26:01.970777 23375 solver.cpp:237]     Train net output #1: softmax_loss = 35.8096 (* 1 = 35.8096 loss)",
+    "I0718 05:26:01.970809 23375 sgd_solver.cpp:105] Iteration 23400, lr = 0.0001",
+    "I0718 05:27:41.934793 23375 solver.cpp:218] Iteration 23500 (1.00034 iter/s, 99.9662s/100 iters), loss = 38.7695",
+    "I0718 05:27:41.935073 23375 solver.cpp:237]     Train net output #0: lambda = 5",
+    "I0718 05:27:41.935127 23375 solver.cpp:237]     Train net output #1: softmax_loss = 38.7695 (* 1 = 38.7695 loss)",
+    "I0718 05:27:41.935158 23375 sgd_solver.cpp:105] Iteration 23500, lr = 0.0001",
+    "I0718 05:29:22.286622 23375 solver.cpp:218] Iteration 23600 (0.996475 iter/s, 100.354s/100 iters), loss = 43.6644",
+    "I0718 05:29:22.286840 23375 solver.cpp:237]     Train net output #0: lambda = 5",
+    "I0718 05:29:22.286864 23375 solver.cpp:237]     Train net output #1: softmax_loss = 43.6644 (* 1 = 43.6644 loss)",
+    "I0718 05:29:22.286880 23375 sgd_solver.cpp:105] Iteration 23600, lr = 0.0001",
+    "I0718 05:31:02.214758 23375 solver.cpp:218] Iteration 23700 (1.0007 iter/s, 99.9301s/100 iters), loss = 47.6553",
+    "I0718 05:31:02.214937 23375 solver.cpp:237]     Train net output #0: lambda = 5",
+    "I0718 05:31:02.214952 23375 solver.cpp:237]     Train net output #1: softmax_loss = 47.6553 (* 1 = 47.6553 loss)",
+    "I0718 05:31:02.214964 23375 sgd_solver.cpp:105] Iteration 23700, lr = 0.0001",
+]
+
+
+def test_a_loss_that_only_climbs_is_no_proof_of_health():
+    def proofs(lines):
+        return health_proofs(lines_frame(lines), extract_metrics(lines_frame(lines)), pl.DataFrame(schema=FINDINGS))["kind"].to_list()
+
+    assert proofs(CAFFE_CLIMB) == []
+    falling = [line.replace("loss = 43.6644", "loss = 30.1234") for line in CAFFE_CLIMB]
+    assert proofs(falling) == ["progressing"]
+    # A rise that is not the whole excerpt (a GAN's loss settling after falling) leaves the proof standing.
+    settled = [line.replace("Iteration 23500 (", "Iteration 23400 (") for line in CAFFE_CLIMB if "Iteration 23500 (" in line]
+    assert proofs([settled[0].replace("loss = 38.7695", "loss = 90.5")] + CAFFE_CLIMB) == ["progressing"]
+
+
 OLMO_STEPS = [  # allenai/OLMo#692: OLMo's metric block, one value per line under the step header
     "2024-08-06 09:59:26.181 intern-studio-160750:0  olmo.train:908  INFO    [step=1/739328,epoch=0]",
     "    optim/total_grad_norm=231.7",

@@ -14,7 +14,10 @@ Notes:
       stopped short of the total it announced, and no stream ends on an error no finding
       explains (ERRING in its last PROGRESS_TAIL lines, not a metric line and not one logged
       as a warning: rank 0 stepping while rank 290 repeats `kernel execution error.` is no
-      healthy run). A pasted excerpt of a live, healthy run
+      healthy run), and no stream's losses did nothing but climb (CLIMBING: at least
+      CLIMB_POINTS losses, each above the one before, the last CLIMB_RISE times the first;
+      Caffe's 38.8, 43.7, 47.7 on its way to a saturated softmax is a run coming apart, or
+      at best a loss the tool cannot read, not proof of one going well). A pasted excerpt of a live, healthy run
       proves this much (one `step=2500` line attests 2500 steps turned); two steps from
       the start are not yet a run going on.
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
@@ -44,6 +47,8 @@ PROGRESS_FIELDS = ("step", "loss")
 ERRING = r"(?i)\berror\b|\bfail(?:ed|ure)\b|\bfatal\b|\bexception\b|\babort(?:ed|ing)?\b"
 # Logged at warning level: TensorFlow's `2020-06-08 05:30:15.889706: W tensorflow/...`, glog's `W0608`.
 WARNING_LEVEL = r"\bWARN(?:ING)?\b|^\S+ \S+: W |^W\d{4} "
+CLIMB_POINTS = 3
+CLIMB_RISE = 1.2
 PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
 STREAM = ["file", "rank"]
 
@@ -118,6 +123,20 @@ def abrupt_stops(
     return found.with_columns(category=pl.lit(Category.UNKNOWN.value), role=pl.lit("symptom"))
 
 
+def _climbing(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The streams whose finite positive losses all rise, over CLIMB_POINTS or more, to CLIMB_RISE times the first."""
+    losses = metrics.filter(pl.col("loss").is_finite() & (pl.col("loss") > 0)).sort("line")
+    return (
+        losses.group_by(STREAM)
+        .agg(
+            points=pl.len(),
+            rising=(pl.col("loss").diff().drop_nulls() > 0).all(),
+            rise=pl.col("loss").last() / pl.col("loss").first(),
+        )
+        .filter((pl.col("points") >= CLIMB_POINTS) & pl.col("rising") & (pl.col("rise") >= CLIMB_RISE))
+    )
+
+
 def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
     """Per stream: steps turned since its step counter last went back (a restart, or an
     epoch-local counter after a global one): the distinct steps logged after a reset; with its
@@ -173,7 +192,8 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
         .join(metrics.select("file", "line"), on=["file", "line"], how="anti")
         .join(findings.select("file", "line"), on=["file", "line"], how="anti")
     )
-    if all_progress and stopped.is_empty() and too_short.is_empty() and ending_on_errors.is_empty():
+    healthy_looking = stopped.is_empty() and too_short.is_empty() and ending_on_errors.is_empty() and _climbing(metrics).is_empty()
+    if all_progress and healthy_looking:
         closing = tail_metrics.sort("line").group_by(STREAM, maintain_order=True).last().with_columns(kind=pl.lit("progressing"))
         proofs.append(conform(closing, PROOFS))
     return pl.concat(proofs).sort(["kind", "file", "line"])
