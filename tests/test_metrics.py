@@ -320,6 +320,15 @@ SAMPLES = [
         None,
         id="loss-before-running-average",
     ),
+    pytest.param(  # wy1iu/sphereface#103: Caffe's solver line
+        "I0718 05:27:41.934793 23375 solver.cpp:218] Iteration 23500 (1.00034 iter/s, 99.9662s/100 iters), loss = 38.7695",
+        23500,
+        38.7695,
+        None,
+        None,
+        None,
+        id="caffe-solver",
+    ),
 ]
 
 

@@ -42,6 +42,7 @@ STEP = [
     r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
     r"(?:\bEpoch\[\d+\] )?\bBatch \[(\d+)\]\s+Speed: ",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (R: no epoch; restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
+    r"solver\.cpp:\d+\] Iteration (\d+)\b",  # Caffe `solver.cpp:218] Iteration 23500 (1.00034 iter/s, ...), loss = 38.7695`
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
@@ -93,7 +94,7 @@ LEARNING_RATE = [
     r"\blearning rate:\s*" + NUMBER,  # Megatron `learning rate: 9.150E-06`
     r"'learning_rate': '?" + NUMBER,  # HF Trainer dict
     r"\blr=\[" + NUMBER,  # DeepSpeed `lr=[4.99e-05, 4.99e-05]`: the first group's
-    r"(?i)(?:^|[\s,|])lr[=:]\s*" + NUMBER,  # NeMo 2 `| lr: 3e-05 |`, plain `lr=0.001`
+    r"(?i)(?:^|[\s,|])lr ?[=:]\s*" + NUMBER,  # NeMo 2 `| lr: 3e-05 |`, plain `lr=0.001`, Caffe `lr = 0.0001`
 ]
 TOKENS_PER_SECOND = [
     r"\btps:\s*" + NUMBER,  # torchtitan `tps: 193,831`
