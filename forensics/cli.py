@@ -217,7 +217,9 @@ def traces(
 @app.command()
 def batch(
     roots: Annotated[list[Path], typer.Argument(help="Incident archives: every folder that holds files, at any depth, is one incident.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, index.parquet, fleet.md.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, findings/<id>.parquet, index.parquet, fleet.md.")
+    ],
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (local engine).")] = 2,
     engine: Annotated[Engine, typer.Option("--engine", help="'local' process pool or a 'ray' cluster.")] = Engine.local,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds one incident may take (local engine).")] = 900,

@@ -247,4 +247,28 @@ RANKS = frame(
     ("first_error_text", pl.String, "that line, verbatim"),
     ("status", pl.String, "killed, crashed, stalled, timed_out, exited, silent, finished or running"),
 )
+FLEET_FINDINGS = frame(
+    "fleet_findings",
+    "`forensics batch` only: OUT/findings/<incident id>.parquet, one row per piece of evidence of every incident "
+    "(its findings frame, with the incident and what its verdict made of it). Read them all at once: "
+    "`pl.scan_parquet('OUT/findings/*.parquet')`, DuckDB `read_parquet('OUT/findings/*.parquet')`.",
+    ("incident", pl.String, "the incident's id, as in index.parquet"),
+    ("verdict_category", pl.String, "the incident's verdict category"),
+    ("leading", pl.Boolean, "cited by the verdict's leading hypothesis"),
+    ("pattern", pl.String, "catalog id"),
+    ("category", pl.String, "the finding's own Category"),
+    ("severity", pl.String, "Severity"),
+    ("role", pl.String, "Role"),
+    ("title", pl.String, "what the finding says"),
+    ("template", pl.String, "the cited line with numbers, hex ids, paths and quoted strings masked: the same message across incidents"),
+    ("file", pl.String, "the cited input, relative to the incident folder"),
+    ("line", pl.Int64, "the cited line"),
+    ("rank", pl.Int32, "the rank it is about"),
+    ("host", pl.String, "the host it is about"),
+    ("gpu", pl.Int32, "GPU index on its host, when known"),
+    ("pci_bus_id", pl.String, "normalized 00000000:BB:DD.F, when known"),
+    ("time", TIME, "UTC time of the cited line"),
+    ("text", pl.String, "the cited line, verbatim"),
+)
+
 RANK_ALIVE = ("running", "finished")  # rank statuses with nothing wrong in the rank's own lines

@@ -41,6 +41,27 @@ def test_batch_writes_reports_index_and_fleet(tmp_path):
     assert "`CUDA_OOM`" in fleet and "Could not analyze" in fleet
 
 
+def test_batch_writes_a_findings_dataset_one_file_per_incident(tmp_path):
+    root, out = _archive(tmp_path), tmp_path / "out"
+    assert CliRunner().invoke(app, ["batch", str(root), "--out", str(out), "--jobs", "1"]).exit_code == 0
+    assert sorted(p.name for p in (out / "findings").iterdir()) == ["cuda_oom_8rank_cascade.parquet", "healthy.parquet"]
+    findings = pl.scan_parquet(out / "findings" / "*.parquet").collect()
+    index = pl.read_parquet(out / "index.parquet")
+    oom = findings.filter(pl.col("incident") == "cuda_oom_8rank_cascade")
+    assert set(oom["verdict_category"]) == {"CUDA_OOM"}
+    # The verdict's leading evidence is marked, and its first pattern is the index's signature.
+    signature = index.filter(pl.col("id") == "cuda_oom_8rank_cascade")["signature"].item()
+    assert signature in oom.filter("leading")["pattern"].to_list()
+    # The watchdog's timeout from four ranks is one template.
+    watchdog = oom.filter(pl.col("pattern") == "DIST001")
+    assert (watchdog.height, watchdog["rank"].n_unique(), watchdog["template"].n_unique()) == (4, 4, 1)
+    # An incident that no longer analyzes loses its stale rows.
+    shutil.rmtree(root / "healthy")
+    (root / "healthy").mkdir()
+    assert CliRunner().invoke(app, ["batch", str(root), "--out", str(out), "--jobs", "1"]).exit_code == 0
+    assert not (out / "findings" / "healthy.parquet").exists()
+
+
 def test_ids_are_safe_and_unique(tmp_path):
     taken: set[str] = set()
     first = incident_id(Path("/a/job 1/../x"), taken)

@@ -4,8 +4,8 @@ An incident is a folder that holds artifacts directly (files, not only folders);
 subfolders (`traces/`, `nvidia-smi/`) are part of it. A folder that holds only folders is an
 archive level and is searched further, so `incidents/2024/05/job-123/` works at any depth; a
 ROOT that holds files is itself one incident. Hidden files and folders are skipped.
-Workers write each incident's report under OUT/incidents/<id>/ and return a small
-summary row; a failing incident becomes a row with its error, never the end of the
+Workers write each incident's report under OUT/incidents/<id>/ and its evidence to
+OUT/findings/<id>.parquet (batch/findings.py), and return a small summary row; a failing incident becomes a row with its error, never the end of the
 batch. Locally each incident runs in a process of its own (batch/worker.py) under a
 wall-clock timeout and an address-space cap: a segfault, an exhausted memory or a hang is
 that incident's error. Its row is kept next to its report with a fingerprint of its
@@ -108,6 +108,7 @@ def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = ()) 
 
 def run_job(job: Job) -> dict[str, Any]:
     """Analyze one incident and write its report; always returns an index row."""
+    from forensics.batch.findings import drop_incident_findings, write_incident_findings
     from forensics.catalog import load_full
     from forensics.flow import analyze
     from forensics.output import write_report
@@ -118,7 +119,9 @@ def run_job(job: Job) -> dict[str, Any]:
     try:
         analysis = analyze(job.path, load_full(job.pattern_dirs))
         write_report(analysis, job.out / job.incident_id)
+        write_incident_findings(job.out.parent, job.incident_id, analysis)
     except Exception as exc:  # noqa: BLE001  one bad incident must not end a thousand-incident batch
+        drop_incident_findings(job.out.parent, job.incident_id)
         row["error"] = f"{type(exc).__name__}: {exc}"
         return row
     document = verdict_document(analysis)

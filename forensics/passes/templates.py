@@ -22,13 +22,16 @@ NOISE = (
 
 
 def error_template(text: pl.Expr) -> pl.Expr:
-    """The message with its launcher prefix dropped and its numbers, hex ids, paths and quoted strings masked."""
+    """The message with its launcher prefix and leading timestamp dropped and its numbers, hex ids, paths and
+    quoted strings masked."""
     return (
         text.str.replace(r"^(?:\S*\[(?:rank|default)\d+\]:\s?)+", "")
         .str.replace_all(r"0x[0-9a-fA-F]+", "<hex>")
         .str.replace_all(r"(?:/[\w.\-]+){2,}", "<path>")
         .str.replace_all(r"'[^']*'|\"[^\"]*\"", "<str>")
         .str.replace_all(r"\d+(?:\.\d+)?", "<n>")
+        .str.replace(r"^\[?<n>[-/]<n>[-/]<n>[ T]<n>:<n>:<n>(?:[.,]<n>)?(?:Z|[+-]<n>:?<n>)?\]?:?\s*", "")  # a leading date and time
+        .str.replace(r"^[IWEF]<n> <n>:<n>:<n>(?:\.<n>)?\s+(?:<n>\s+)?", "")  # glog's `E0709 17:05:38.162555 1234 `
         .str.replace_all(r"\s+", " ")
         .str.strip_chars()
         .str.slice(0, 240)
