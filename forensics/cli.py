@@ -216,26 +216,46 @@ def traces(
 
 @app.command()
 def batch(
-    roots: Annotated[list[Path], typer.Argument(help="Incident archives: every folder that holds files, at any depth, is one incident.")],
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Output folder for incidents/<id>/, findings/<id>.parquet, index.parquet, fleet.md.")
     ],
+    roots: Annotated[
+        list[Path] | None, typer.Argument(help="Incident archives: every folder that holds files, at any depth, is one incident.")
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (local engine).")] = 2,
     engine: Annotated[Engine, typer.Option("--engine", help="'local' process pool or a 'ray' cluster.")] = Engine.local,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds one incident may take (local engine).")] = 900,
     memory_gb: Annotated[float, typer.Option("--memory-gb", min=0.5, help="Address space one incident may use, GiB (local engine).")] = 8,
     force: Annotated[bool, typer.Option("--force", help="Redo incidents unchanged since the last run into OUT.")] = False,
+    manifest: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifest",
+            help="CSV or JSON naming incidents: a 'path' column, optional id, cluster, user, model, world_size, start (ISO).",
+        ),
+    ] = None,
     pattern_dirs: PatternDirs = None,
 ) -> None:
-    """Analyze every incident under ROOT(s); write per-incident reports and a fleet summary."""
+    """Analyze every incident under ROOT(s) or named in a manifest; write per-incident reports and a fleet summary."""
     from forensics.batch.fleet import write_fleet
-    from forensics.batch.run import Limits, plan, run_local, run_ray
+    from forensics.batch.manifest import ManifestError, read_manifest
+    from forensics.batch.run import Limits, plan, plan_manifest, run_local, run_ray
 
+    roots = roots or []
+    if not roots and manifest is None:
+        raise _fail("give incident archives (ROOTS) or --manifest")
     missing = [str(r) for r in roots if not r.is_dir()]
     if missing:
         raise _fail(f"not a directory: {', '.join(missing)}")
     _catalog(pattern_dirs)  # refuse a bad pattern folder before the first incident
-    work = plan(roots, out, tuple(d.resolve() for d in pattern_dirs or ()))
+    dirs = tuple(d.resolve() for d in pattern_dirs or ())
+    taken: set[str] = set()
+    work = plan(roots, out, dirs, taken)
+    if manifest is not None:
+        try:
+            work += plan_manifest(read_manifest(manifest), out, dirs, taken)
+        except ManifestError as exc:
+            raise _fail(str(exc)) from exc
     if not work:
         raise _fail("no incident folders found")
     if engine == Engine.ray:

@@ -19,7 +19,7 @@ import typer
 
 from forensics.catalog.load import Catalog, load_full
 from forensics.report.markup import cell, code, table
-from forensics.schema import FRAME_DOCS, SCHEMA_VERSION
+from forensics.schema import FLEET_FRAME_DOCS, FRAME_DOCS, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -117,7 +117,7 @@ def frames_reference() -> str:
         "In Python, `forensics.analyze(DIR).incident.<name>` is the same frame. Times are UTC.",
         "",
     ]
-    for doc in FRAME_DOCS.values():
+    for doc in [*FRAME_DOCS.values(), *FLEET_FRAME_DOCS.values()]:
         parts += [
             f"## {doc.name}",
             "",

@@ -126,9 +126,12 @@ class FrameDoc:
 FRAME_DOCS: dict[str, FrameDoc] = {}
 
 
-def frame(name: str, description: str, *columns: tuple[str, pl.DataType, str]) -> dict[str, pl.DataType]:
-    """Declare a frame: record its documentation, return its {column: dtype} schema."""
-    FRAME_DOCS[name] = FrameDoc(name, description, {column: (dtype, doc) for column, dtype, doc in columns})
+def frame(
+    name: str, description: str, *columns: tuple[str, pl.DataType, str], docs: dict[str, FrameDoc] | None = None
+) -> dict[str, pl.DataType]:
+    """Declare a frame: record its documentation (in FRAME_DOCS, an incident's frames, unless `docs`
+    says where), return its {column: dtype} schema."""
+    (FRAME_DOCS if docs is None else docs)[name] = FrameDoc(name, description, {column: (dtype, doc) for column, dtype, doc in columns})
     return {column: dtype for column, dtype, _ in columns}
 
 
@@ -247,6 +250,7 @@ RANKS = frame(
     ("first_error_text", pl.String, "that line, verbatim"),
     ("status", pl.String, "killed, crashed, stalled, timed_out, exited, silent, finished or running"),
 )
+FLEET_FRAME_DOCS: dict[str, FrameDoc] = {}  # the tables `forensics batch` writes across incidents
 FLEET_FINDINGS = frame(
     "fleet_findings",
     "`forensics batch` only: OUT/findings/<incident id>.parquet, one row per piece of evidence of every incident "
@@ -269,6 +273,7 @@ FLEET_FINDINGS = frame(
     ("pci_bus_id", pl.String, "normalized 00000000:BB:DD.F, when known"),
     ("time", TIME, "UTC time of the cited line"),
     ("text", pl.String, "the cited line, verbatim"),
+    docs=FLEET_FRAME_DOCS,
 )
 
 RANK_ALIVE = ("running", "finished")  # rank statuses with nothing wrong in the rank's own lines

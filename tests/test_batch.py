@@ -211,3 +211,34 @@ def test_fleet_md_groups_unknown_failures_by_message_and_queues_unsure_verdicts(
     assert "6 verdicts are less than 50% sure" in queue
     assert queue.index("`job-000`") < queue.index("`job-004`")  # least sure first
     assert "`job-006`" not in queue
+
+
+def test_a_manifest_names_incidents_and_its_columns_win_over_the_logs(tmp_path):
+    root = _archive(tmp_path)
+    manifest = tmp_path / "jobs.csv"
+    manifest.write_text(
+        "id,path,cluster,user,model,world_size,start,ignored\n"
+        f"job-17,{root / 'cuda_oom_8rank_cascade'},east,alice,llama-8b,64,2023-03-04 05:06:07,x\n"
+        "job-18,archive/healthy,west,bob,,,,\n"  # relative to the manifest's folder
+        "job-19,archive/gone,west,bob,,,,\n"
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["batch", "--manifest", str(manifest), "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in pl.read_parquet(out / "index.parquet").iter_rows(named=True)}
+    assert sorted(rows) == ["job-17", "job-18", "job-19"]
+    oom = rows["job-17"]
+    assert (oom["category"], oom["cluster"], oom["user"], oom["model"], oom["world_size"]) == ("CUDA_OOM", "east", "alice", "llama-8b", 64)
+    assert oom["start"].isoformat() == "2023-03-04T05:06:07+00:00"
+    assert rows["job-18"]["category"] == "NO_FAILURE" and rows["job-18"]["model"] is None
+    assert rows["job-19"]["error"] and rows["job-19"]["cluster"] == "west"
+    assert "## By cluster" in (out / "fleet.md").read_text()
+
+
+def test_a_manifest_without_a_path_column_is_a_usage_error(tmp_path):
+    manifest = tmp_path / "jobs.json"
+    manifest.write_text('[{"id": "a", "folder": "x"}]')
+    result = CliRunner().invoke(app, ["batch", "--manifest", str(manifest), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "no 'path' column" in result.output
+    result = CliRunner().invoke(app, ["batch", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--manifest" in result.output

@@ -45,6 +45,9 @@ INDEX_SCHEMA = {
     "first_failure_file": pl.String,
     "first_failure_line": pl.Int64,
     "first_failure_text": pl.String,
+    "cluster": pl.String,
+    "user": pl.String,
+    "model": pl.String,
     "error": pl.String,
 }
 
@@ -69,7 +72,7 @@ def render_fleet(index: pl.DataFrame) -> str:
         rows = [(code(c), str(n), f"{100 * n / failed_runs.height:.0f}%") for c, n in by_category.iter_rows()]
         out += ["## What fails most", "", f"{failed_runs.height} failures; {healthy} runs were healthy (NO_FAILURE).", ""]
         out += [table(["category", "failures", "share"], rows), ""] if rows else []
-        out += _signatures(failed_runs) + _unknown_templates(failed_runs) + _lemons(index)
+        out += _clusters(analyzed, failed_runs) + _signatures(failed_runs) + _unknown_templates(failed_runs) + _lemons(index)
         dated = analyzed.filter(pl.col("start").is_not_null())
         if not dated.is_empty():
             months = dated.group_by(pl.col("start").dt.strftime("%Y-%m").alias("month"), "category").len().sort(["month", "category"])
@@ -81,6 +84,24 @@ def render_fleet(index: pl.DataFrame) -> str:
         rows = [(code(i), cell(e, 200)) for i, e in failed.select("id", "error").iter_rows()]
         out += ["## Could not analyze", "", table(["incident", "error"], rows), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _clusters(analyzed: pl.DataFrame, failed_runs: pl.DataFrame) -> list[str]:
+    """Failures per cluster a manifest named, with each cluster's most frequent category."""
+    named = analyzed.drop_nulls("cluster")
+    if named.is_empty():
+        return []
+    failed = failed_runs.drop_nulls("cluster").group_by("cluster").agg(failures=pl.len(), top=pl.col("category").mode().sort().first())
+    per = (
+        named.group_by("cluster")
+        .len()
+        .join(failed, on="cluster", how="left")
+        .sort(["failures", "cluster"], descending=[True, False], nulls_last=True)
+    )
+    rows = [
+        (cell(c), str(n), str(f or 0), code(t) if t else "—") for c, n, f, t in per.select("cluster", "len", "failures", "top").iter_rows()
+    ]
+    return ["## By cluster", "", table(["cluster", "incidents", "failures", "most frequent"], rows), ""]
 
 
 def _signatures(failed_runs: pl.DataFrame) -> list[str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import __version__
+from forensics.batch.manifest import Entry, with_meta
 from forensics.catalog.load import default_catalog_dir
 
 ROW_FILE = "batch-row.json"
@@ -52,6 +53,9 @@ INDEX_COLUMNS = (
     "first_failure_file",
     "first_failure_line",
     "first_failure_text",
+    "cluster",
+    "user",
+    "model",
     "error",
 )
 
@@ -62,6 +66,7 @@ class Job:
     path: Path
     out: Path
     pattern_dirs: tuple[Path, ...] = ()
+    meta: tuple[tuple[str, Any], ...] = ()  # a manifest's columns for this incident (batch/manifest.py)
 
 
 def _visible(folder: Path) -> list[Path]:
@@ -90,20 +95,27 @@ def find_incidents(roots: Iterable[Path]) -> list[Path]:
     return [found for root in roots if root.is_dir() for found in _incidents_under(root)]
 
 
-def incident_id(path: Path, taken: set[str], root: Path | None = None) -> str:
-    """A file-system-safe id from the folder's path under its root (`2024_05_job-123`), or its
-    name; a short hash keeps duplicates apart."""
+def incident_id(path: Path, taken: set[str], root: Path | None = None, given: str | None = None) -> str:
+    """A file-system-safe id: `given` (a manifest's), or the folder's path under its root
+    (`2024_05_job-123`), or its name; a short hash keeps duplicates apart."""
     relative = path.relative_to(root) if root is not None and path != root and path.is_relative_to(root) else Path(path.name)
-    base = re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(relative.parts)).strip("._") or "incident"
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", given or "_".join(relative.parts)).strip("._") or "incident"
     if base in taken:
         base = f"{base}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     taken.add(base)
     return base
 
 
-def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = ()) -> list[Job]:
-    taken: set[str] = set()
+def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = (), taken: set[str] | None = None) -> list[Job]:
+    """One job per incident folder under the roots; `taken` holds the ids already given out."""
+    taken = set() if taken is None else taken
     return [Job(incident_id(p, taken, root), p, out / "incidents", pattern_dirs) for root in roots for p in find_incidents([root])]
+
+
+def plan_manifest(entries: list[Entry], out: Path, pattern_dirs: tuple[Path, ...] = (), taken: set[str] | None = None) -> list[Job]:
+    """One job per manifest row: its folder is the incident, whatever it holds."""
+    taken = set() if taken is None else taken
+    return [Job(incident_id(e.path, taken, given=e.incident_id), e.path, out / "incidents", pattern_dirs, e.meta) for e in entries]
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -240,7 +252,7 @@ def run_local(
             rate = n / max(time.monotonic() - started, 1e-9)
             eta = (len(todo) - n) / rate
             progress(f"[{n}/{len(todo)}] {job.incident_id}: {row['category'] or row['error']} ({rate:.2f}/s, about {eta:.0f} s left)")
-    return [rows[job.incident_id] for job in jobs]
+    return [with_meta(rows[job.incident_id], job.meta) for job in jobs]
 
 
 RAY_RETRIES = 2  # a task whose worker died (node lost, OOM-killed) is run again this many times
@@ -266,4 +278,4 @@ def run_ray(jobs: list[Job], progress: Callable[[str], None]) -> list[dict[str, 
             row["error"] = f"ray task failed: {type(exc).__name__}: {str(exc)[:300]}"
         rows[job.incident_id] = row
         progress(f"[{len(rows)}/{len(jobs)}] {job.incident_id}: {row['category'] or row['error']}")
-    return [rows[job.incident_id] for job in jobs]
+    return [with_meta(rows[job.incident_id], job.meta) for job in jobs]
