@@ -67,6 +67,28 @@ def test_generic_errno_yields_to_the_frames_that_say_where(tmp_path):
     assert demoted.filter(demoted["category"] == "CHECKPOINT_IO")["role"].to_list() == ["symptom"]
 
 
+# roytseng-tw/Detectron.pytorch#140 (real lines): a hung run interrupted by hand while a worker waited on a lock.
+INTERRUPTED_IN_A_LOCK = """\
+Exception ignored in: <bound method _DataLoaderIter.__del__ of <torch.utils.data.dataloader._DataLoaderIter object at 0x7f33d805aa20>>
+Traceback (most recent call last):
+  File "/home/bcheng/anaconda3/lib/python3.6/site-packages/torch/utils/data/dataloader.py", line 349, in __del__
+Process Process-19:
+    self._shutdown_workers()
+  File "/home/bcheng/anaconda3/lib/python3.6/site-packages/torch/utils/data/dataloader.py", line 340, in _shutdown_workers
+    self.worker_result_queue.put(None)
+  File "/home/bcheng/anaconda3/lib/python3.6/multiprocessing/queues.py", line 346, in put
+    with self._wlock:
+  File "/home/bcheng/anaconda3/lib/python3.6/multiprocessing/synchronize.py", line 96, in __enter__
+    return self._semlock.__enter__()
+KeyboardInterrupt:
+"""
+
+
+def test_an_interrupt_inside_a_multiprocessing_lock_is_no_full_shm(tmp_path):
+    found = classify_by_frames(_lines(tmp_path, INTERRUPTED_IN_A_LOCK), empty(FINDINGS))
+    assert "ENVIRONMENT" not in found["category"].to_list()
+
+
 ABORTED_BROADCAST = """\
 [rank6]: Traceback (most recent call last):
 [rank6]:   File "/usr/local/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py", line 3504, in broadcast_object_list

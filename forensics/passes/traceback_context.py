@@ -27,7 +27,8 @@ from forensics.schema import FINDINGS, conform, empty
 
 EXCEPTION_LINE = r"(?:^|\]:?\s?|: )(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s|$)"
 
-# (pattern id, category, title, frames that decide it, generic patterns it overrides)
+# (pattern id, category, title, frames that decide it, generic patterns it overrides, what the
+# exception line must say: None for any exception, or a cut traceback)
 CONTEXTS = [
     (
         "CTX003",
@@ -35,6 +36,7 @@ CONTEXTS = [
         "Shared memory (/dev/shm) exhausted while creating a multiprocessing lock or buffer",
         r"multiprocessing/synchronize\.py|SemLock|multiprocessing/heap\.py|torch/multiprocessing/reductions\.py",
         frozenset({"CKPT001"}),
+        r"No space left on device|Cannot allocate memory|\[Errno (?:28|12)\]",  # a KeyboardInterrupt in a lock is no full /dev/shm
     ),
     (
         "CTX001",
@@ -42,6 +44,7 @@ CONTEXTS = [
         "Exception raised inside checkpoint save/load code",
         CHECKPOINT_FRAMES,
         frozenset(),
+        None,
     ),
     (
         "CTX002",
@@ -49,6 +52,7 @@ CONTEXTS = [
         "Exception raised inside data-loading code",
         DATALOADER_FRAMES,
         frozenset(),
+        None,
     ),
     (
         "CTX004",
@@ -56,6 +60,7 @@ CONTEXTS = [
         "Exception raised while setting up the process group or rendezvous",
         r"torch/distributed/elastic/rendezvous/|torch/distributed/rendezvous\.py|in init_process_group\b|in _create_c10d_store\b",
         frozenset(),
+        None,
     ),
     (
         "CTX005",
@@ -63,6 +68,7 @@ CONTEXTS = [
         "Exception raised while building or loading a compiled extension",
         r"torch/utils/cpp_extension\.py|deepspeed/ops/op_builder/|in _jit_compile\b|in load_extension\b",
         frozenset(),
+        None,
     ),
     (
         "CTX006",
@@ -70,6 +76,7 @@ CONTEXTS = [
         "Exception raised inside a collective call: the collective failed under it",
         r"torch/distributed/distributed_c10d\.py",
         frozenset(),
+        None,
     ),
 ]
 # A failed collective is a consequence of what stopped it (a peer that died, hung or timed out):
@@ -124,7 +131,7 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
     endings = _endings(scoped)
     frames = scoped.filter(pl.col("text").str.contains(FRAME))
     hits = []
-    for pattern, category, title, where, overrides in CONTEXTS:
+    for pattern, category, title, where, overrides, saying in CONTEXTS:
         # A line explained by a specific pattern stays explained; a generic one (an errno
         # that could come from anywhere) yields to the frames that say where it came from.
         # A line a pattern calls a consequence (cascade, teardown) is never made a cause.
@@ -137,6 +144,8 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
             .unique()
         )
         unexplained = endings.join(explained.lazy(), on=["file", "line"], how="anti")
+        if saying is not None:
+            unexplained = unexplained.filter(pl.col("text").str.contains(saying))
         deciding = (
             frames.filter(pl.col("text").str.contains(where))
             .group_by(STREAM)
@@ -183,7 +192,7 @@ def uncaught_exceptions(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataF
 
 def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
     """Generic findings inside a traceback that a frame context re-classified become symptoms of it."""
-    overridden = sorted({pid for *_rest, overrides in CONTEXTS for pid in overrides})
+    overridden = sorted({pid for *_rest, overrides, _saying in CONTEXTS for pid in overrides})
     if context_findings.is_empty() or not overridden:
         return findings
     block_of = lines.select("file", "line", "block").unique(["file", "line"])
