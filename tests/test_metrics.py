@@ -329,6 +329,15 @@ SAMPLES = [
         None,
         id="caffe-solver",
     ),
+    pytest.param(  # astooke/rlpyt-based dreamer-pytorch#82: the tabular logger's key/value rows
+        "2020-12-08 21:40:50.120008  | loss/Average                    nan",
+        None,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="rllab-tabular",
+    ),
 ]
 
 
@@ -361,6 +370,7 @@ def test_sample_line(text, step, loss, grad_norm, step_time_s, loss_scale):
         "Validating (GPU=0): 100%|███████████████████████████████████████████████████████████████| 38/38 [00:03<00:00, 12.02it/s]",
         # A clipping setting is not a measured norm.
         "Namespace(clip_grad_norm=1.0, max_grad_norm=inf, seed=42)",
+        "2020-12-08 21:40:50.120137  | loss/Median                     nan",
     ],
 )
 def test_lines_without_a_known_measure_give_no_row(text):

@@ -58,6 +58,7 @@ LOSS = [
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
+    r"\|\s+(?:\w+/)*[Ll]oss(?:/Average)?\s+" + NUMBER + r"\s*$",  # rllab/rlpyt tabular `2020-12-08 21:40:50.120008  | loss/Average   nan`
     r"\bmodel_loss\s+" + NUMBER,  # Dreamer `image_loss 11650.7 / ... / model_loss inf`: after `loss 2.3` (never `avg_loss 2.3`)
 ]
 GRAD_NORM = [
