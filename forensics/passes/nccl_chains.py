@@ -38,7 +38,13 @@ def explain_chains(findings: pl.DataFrame) -> pl.DataFrame:
     if warns.is_empty() or chains.is_empty():
         return findings
     explained = chains.join_asof(
-        warns, left_on="line", right_on="_warn_line", by=["file", "_thread"], strategy="backward", tolerance=MAX_CHAIN_LINES
+        warns,
+        left_on="line",
+        right_on="_warn_line",
+        by=["file", "_thread"],
+        strategy="backward",
+        tolerance=MAX_CHAIN_LINES,
+        check_sortedness=False,  # both sides are sorted by line just above
     ).filter(pl.col("_warn_category").is_not_null())
     categories = explained.select("_row", "_warn_category")
     return (
