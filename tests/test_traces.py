@@ -157,6 +157,16 @@ def test_two_files_claiming_one_rank_are_flagged():
     assert "rank 0 also claimed by a.json" in loads[1].problem
 
 
+def test_many_files_claiming_one_rank_name_a_few_and_count_the_rest(tmp_path):
+    """3,000 traces claiming rank 0 once made a 150 MB verdict.json: every problem listed every other file."""
+    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}
+    for n in range(40):
+        (tmp_path / f"trace_{n:02d}.json").write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": [event]}))
+    loads = load_traces(sorted(tmp_path.iterdir()))
+    assert loads[0].problem == "rank 0 also claimed by trace_01.json, trace_02.json, trace_03.json and 36 more"
+    assert loads[39].problem == "rank 0 also claimed by trace_00.json, trace_01.json, trace_02.json and 36 more"
+
+
 # --- breakdown ----------------------------------------------------------------------
 
 

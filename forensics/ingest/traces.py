@@ -21,7 +21,7 @@ import gc
 import math
 import re
 import zlib
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -411,14 +411,22 @@ def load_trace(path: Path) -> TraceLoad:
     )
 
 
+CLAIMANTS_NAMED = 3  # a problem names this many other files claiming its rank, then counts the rest
+
+
 def load_traces(paths: list[Path]) -> list[TraceLoad]:
     """Load several traces of one job; two files claiming one rank are flagged on both."""
     loads = [load_trace(p) for p in paths]
-    claims = Counter(t.rank for t in loads if t.rank is not None)
+    claimants: dict[int, list[TraceLoad]] = defaultdict(list)
     for t in loads:
-        if t.rank is not None and claims[t.rank] > 1:
-            others = [str(o.path.name) for o in loads if o.rank == t.rank and o is not t]
-            note = f"rank {t.rank} also claimed by {', '.join(others)}"
+        if t.rank is not None:
+            claimants[t.rank].append(t)
+    for t in loads:
+        if t.rank is not None and len(claimants[t.rank]) > 1:
+            others = [o.path.name for o in claimants[t.rank][: CLAIMANTS_NAMED + 1] if o is not t][:CLAIMANTS_NAMED]
+            rest = len(claimants[t.rank]) - 1 - len(others)
+            named = ", ".join(others) + (f" and {rest} more" if rest > 0 else "")
+            note = f"rank {t.rank} also claimed by {named}"
             t.problem = f"{t.problem}; {note}" if t.problem else note
             if t.status == InputStatus.PARSED:
                 t.status = InputStatus.PARTIAL
