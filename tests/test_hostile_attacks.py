@@ -48,6 +48,17 @@ def test_out_of_range_times_and_huge_numbers_do_not_crash_the_analysis(incident)
     assert inputs.filter(pl.col("path") == "rank_2147483648.log")["rank"].to_list() == [None]  # not a rank
 
 
+def test_a_huge_world_size_costs_a_few_range_pairs_not_a_row_per_rank(incident, tmp_path):
+    """One line promising 131,071 ranks once wrote a 33 MB verdict.json, one row per silent rank."""
+    root = incident({"train.log": "[rank0]: initialized process group: backend=nccl rank=0 world_size=131071\n"})
+    assert runner.invoke(app, ["analyze", str(root), "--out", str(tmp_path / "out")]).exit_code == 0
+    verdict = (tmp_path / "out" / "verdict.json").read_text()
+    document = json.loads(verdict)
+    assert len(verdict) < 1 << 20
+    assert document["silent_ranks"] == [[1, 131070]]
+    assert document["ranks"][0]["rank"] == 0 and len(document["ranks"]) == 1 + 1024
+
+
 def test_a_file_name_that_is_not_utf8_is_listed_escaped_and_not_read(tmp_path):
     (tmp_path / "rank_0.log").write_text(OOM)
     with open(bytes(tmp_path) + b"/rank_\xff\xfe.log", "wb") as odd_name:

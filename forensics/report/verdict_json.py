@@ -6,6 +6,8 @@ import json
 from datetime import datetime
 from typing import Any
 
+import polars as pl
+
 from forensics import __version__
 from forensics.analysis import Analysis
 
@@ -16,9 +18,32 @@ def _iso(value: datetime | None) -> str | None:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
 
 
+MAX_SILENT_ROWS = 1024  # silent ranks listed one row each; `silent_ranks` holds them all as ranges
+
+
+def _unheard(ranks: pl.DataFrame) -> pl.Expr:
+    """Ranks the world size promises that no line, host or time shows: silent, and nothing else known."""
+    return (pl.col("status") == "silent") & pl.col("host").is_null() & pl.col("first_time").is_null() & pl.col("first_error_file").is_null()
+
+
+def _silent_ranges(ranks: pl.DataFrame) -> list[list[int]]:
+    """[first, last] runs of consecutive unheard ranks: 131,071 of them fit in one pair."""
+    unheard = ranks.filter(_unheard(ranks)).select("rank").sort("rank")
+    runs = unheard.with_columns(run=(pl.col("rank").diff() != 1).fill_null(True).cum_sum())
+    return [
+        [first, last]
+        for first, last in runs.group_by("run", maintain_order=True)
+        .agg(first=pl.col("rank").min(), last=pl.col("rank").max())
+        .drop("run")
+        .iter_rows()
+    ]
+
+
 def _ranks(analysis: Analysis) -> list[dict[str, Any]]:
+    ranks = analysis.incident.ranks
+    listed = ranks.filter(~_unheard(ranks) | (pl.int_range(pl.len()).over(_unheard(ranks)) < MAX_SILENT_ROWS))
     rows = []
-    for r in analysis.incident.ranks.iter_rows(named=True):
+    for r in listed.iter_rows(named=True):
         rows.append(
             {
                 "rank": r["rank"],
@@ -106,6 +131,7 @@ def verdict_document(analysis: Analysis) -> dict[str, Any]:
             for h in verdict.hypotheses
         ],
         "ranks": _ranks(analysis),
+        "silent_ranks": _silent_ranges(incident.ranks),
         "stragglers": _table_records(analysis, "stragglers") + _table_records(analysis, "trace_stragglers"),
         "periodicity": _table_records(analysis, "periodicity"),
         "numerics": _table_records(analysis, "numerics"),
