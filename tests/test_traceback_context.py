@@ -189,3 +189,31 @@ def test_tensorflow_s_saver_is_checkpoint_code_and_a_dataloading_folder_is_the_d
     assert saver.select("pattern", "category").rows() == [("CTX001", "CHECKPOINT_IO")]
     loader = classify_by_frames(_lines(tmp_path, NNUNET_TRACEBACK), empty(FINDINGS))
     assert loader.select("pattern", "category").rows() == [("CTX002", "DATA_PIPELINE")]
+
+
+# farizrahman4u/seq2seq#86 (real lines): Keras writing weights to an NFS mount that dropped.
+KERAS_SAVE_WEIGHTS = """\
+> Traceback (most recent call last):
+  File "train.py", line 382, in <module>
+    train_model(nn_model, w2v_model, tokenized_lines, index_to_token)
+  File "train.py", line 355, in train_model
+    save_model(nn_model)
+  File "train.py", line 329, in save_model
+    nn_model.save_weights(NN_MODEL_PATH, overwrite=True)
+  File "/home/t/anaconda2/lib/python2.7/site-packages/keras/engine/topology.py", line 2315, in save_weights
+    f = h5py.File(filepath, 'w')
+  File "/home/t/anaconda2/lib/python2.7/site-packages/h5py/_hl/files.py", line 260, in __init__
+    fid = make_fid(name, mode, userblock_size, fapl, swmr=swmr)
+  File "/home/t/anaconda2/lib/python2.7/site-packages/h5py/_hl/files.py", line 95, in make_fid
+    fid = h5f.create(name, h5f.ACC_TRUNC, fapl=fapl, fcpl=fcpl)
+  File "h5py/_objects.pyx", line 54, in h5py._objects.with_phil.wrapper (/home/ilan/minonda/conda-bld/work/h5py/_objects.c:2579)
+  File "h5py/_objects.pyx", line 55, in h5py._objects.with_phil.wrapper (/home/ilan/minonda/conda-bld/work/h5py/_objects.c:2538)
+  File "h5py/h5f.pyx", line 96, in h5py.h5f.create (/home/ilan/minonda/conda-bld/work/h5py/h5f.c:1989)
+IOError: Unable to create file (Unable to open file: name = 'models/_w300_l6_s16_b32_m1_d2', errno = 70, error message = 'communication error on send', flags = 13, o_flags = 242)
+"""
+
+
+def test_keras_save_weights_is_checkpoint_code(tmp_path):
+    found = classify_by_frames(_lines(tmp_path, KERAS_SAVE_WEIGHTS), empty(FINDINGS))
+    assert found.select("pattern", "category").rows() == [("CTX001", "CHECKPOINT_IO")]
+    assert "in save_weights" in found["captures"][0] or "in save_model" in found["captures"][0]

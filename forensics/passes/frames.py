@@ -20,12 +20,13 @@ STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \
 # torch's own modules, the frameworks' checkpoint modules (mmengine's CheckpointHook, Composer's
 # trainer/checkpoint.py, Lightning's connector and ModelCheckpoint, DeepSpeed's checkpoint engine,
 # TensorFlow's Saver and tf.train.Checkpoint), any function that saves, loads, downloads or
-# restores a checkpoint (`save_checkpoint`, `write_ckpt`), and a function called just `save`.
+# restores a checkpoint (`save_checkpoint`, `write_ckpt`), and a function called just `save`,
+# `save_weights` or `save_model` (Keras and tf.keras write weights there).
 CHECKPOINT_FRAMES = (
     r"torch/serialization\.py|torch/distributed/checkpoint/|dist_checkpointing/|safetensors"
     r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/model_checkpoint\.py|checkpoint_engine/"
     r"|\b_{0,2}(?:save|load|download|restore)_(?:zero_)?checkpoint\b|in _save\b"
-    r"|tensorflow/python/training/saver\.py|tensorflow/python/checkpoint/|\b(?:save|write|load|read|restore)_ckpt\b|, in save\s*$"
+    r"|tensorflow/python/training/saver\.py|tensorflow/python/checkpoint/|\b(?:save|write|load|read|restore)_ckpt\b|, in save(?:_weights|_model)?\s*$"
 )
 # The data pipeline: torch's DataLoader machinery, Hugging Face `datasets`, a package folder named
 # for data loading (nnU-Net's `training/dataloading/`), and any function of a file named for
