@@ -112,6 +112,15 @@ def test_payload_rank_tags_in_any_case(tmp_path, text, rank):
     assert lines["rank"].to_list() == [rank]
 
 
+def test_a_tagged_record_s_untagged_frames_and_exception_are_its_rank_s(tmp_path):
+    """ParlAI#4452 (real lines): the logger tags the record's first line only."""
+    text = 'rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | Traceback (most recent call last):\n  File "/mnt/lustre/zhaojianqiao/ParlAI/parlai/core/torch_generator_agent.py", line 605, in _fake_forward_backward_pass\n    self.backward(loss)\n  File "/mnt/lustre/zhaojianqiao/ParlAI/parlai/core/torch_agent.py", line 2314, in backward\nRuntimeError: CUDA out of memory. Tried to allocate 21.06 GiB (GPU 3; 79.35 GiB total capacity; 63.19 GiB already allocated; 8.57 GiB free; 68.48 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n'
+    lines, _, _ = ingest(tmp_path, {"console.log": text})
+    assert lines["rank"].to_list() == [3] * 5
+    lines, _, _ = ingest(tmp_path, {"console.log": "INFO starting\n" + text.split("\n", 1)[1]})
+    assert lines["rank"].to_list() == [None] * 5  # an untagged record stays untagged
+
+
 def test_a_prefix_glued_after_a_progress_bar_starts_that_rank_s_part_of_the_line(tmp_path):
     text = (
         "Tokenizing Prompts (num_proc=64):  92%|#########1| 328986/359152 [29:58<12:05, 41.59 examples/s][rank1]:"

@@ -10,7 +10,7 @@ Rank comes from the line's launcher prefixes first (formats.md 0, 4.4, 4.5): `[r
 `N: ` (srun --label: global task id), `[job,N]<stdout>:` (mpirun --tag-output); then
 from the file name; then from an in-payload tag in any case: `[Rank N]` / `[Rank N/W]`
 (DeepSpeed log_dist, c10d, print-style trainers; `[GPU rank N]`, `[global rank N]`), `[rankN]` (a logging format with the
-rank), `[rank: N]` (Lightning); never `[rankN]:`, which starts another process's output
+rank), `[rank: N]` (Lightning), `rank:  N | ` at the start (ParlAI); never `[rankN]:`, which starts another process's output
 glued to the end of this line (a progress bar without a newline).
 A file whose tags all name one rank that differs from its file name is reported.
 """
@@ -190,9 +190,10 @@ def _prefix_ranks(lines: pl.LazyFrame) -> pl.LazyFrame:
     return with_role.with_columns(
         tag_rank=tagged_global,
         tag_local=local.cast(pl.Int32, strict=False),
-        payload_rank=pl.col("text")
-        .str.extract(r"(?i)\[(?:GPU |global )?rank[: ]?\s*(\d+)(?:\s*/\s*\d+)?\](?:[^:]|$)")
-        .cast(pl.Int32, strict=False),
+        payload_rank=pl.coalesce(
+            pl.col("text").str.extract(r"(?i)\[(?:GPU |global )?rank[: ]?\s*(\d+)(?:\s*/\s*\d+)?\](?:[^:]|$)"),
+            pl.col("text").str.extract(r"^rank:\s+(\d+) \| "),  # ParlAI's distributed logger `rank:  3 | 2022-04-03 ...`
+        ).cast(pl.Int32, strict=False),
         prefix_len=prefix.str.len_chars().fill_null(0),
     ).drop("_prefix", "_role")
 
@@ -230,15 +231,30 @@ def _resolve_ranks(lines: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
 
 
 def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """`block` = first line of the traceback/stack a line belongs to (its own line otherwise)."""
+    """`block` = first line of the traceback/stack a line belongs to (its own line otherwise).
+
+    Untagged continuation lines (frames, and the exception line after them) right under a
+    line that names its rank in its payload are that rank's: a logger that tags its record's
+    first line (ParlAI's `rank:  3 | ... Traceback`) leaves the frames it logs bare. A launcher
+    prefix alone passes nothing on (torchrun's failure table opens each entry with `[0]:`).
+    """
     payload = pl.col("text").str.slice(pl.col("prefix_len"))
     stream = ["file", "stream_rank", "segment"]  # no block spans lines that condensing cut out
+    in_file = ["file", "segment"]
+    # A line that joins the record above: a frame, or the line after one (the exception line).
+    joins = pl.col("cont") | pl.col("carries").shift(1).over(in_file, order_by="line").fill_null(False)
+    record = [*in_file, "_record"]
     return (
-        lines.with_columns(
-            stream_rank=pl.col("rank").fill_null(-1),
-            cont=payload.str.contains(CONTINUATION),
-            carries=payload.str.contains(CARRIES_ON),
+        lines.with_columns(cont=payload.str.contains(CONTINUATION), carries=payload.str.contains(CARRIES_ON))
+        .with_columns(_joins=joins)
+        .with_columns(_record=(~pl.col("_joins")).cum_sum().over(in_file, order_by="line"))
+        .with_columns(
+            rank=pl.when(pl.col("_joins"))
+            .then(pl.col("rank").fill_null(pl.col("payload_rank").sort_by("line").first().over(record)))
+            .otherwise("rank")
         )
+        .drop("_joins", "_record")
+        .with_columns(stream_rank=pl.col("rank").fill_null(-1))
         .with_columns(prev_carries=pl.col("carries").shift(1).over(stream, order_by="line").fill_null(False))
         .with_columns(
             block=pl.when(~pl.col("cont") & ~pl.col("prev_carries")).then(pl.col("line")).forward_fill().over(stream, order_by="line")
