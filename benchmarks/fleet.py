@@ -27,6 +27,7 @@ GENERATOR = HERE.parent / "fixtures" / "generate" / "fleet_history.py"
 def _generator():
     spec = importlib.util.spec_from_file_location("fleet_history", GENERATOR)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -23,7 +23,7 @@ GENERATOR = Path(__file__).resolve().parents[1] / "fixtures" / "generate" / "fle
 def _generator():
     spec = importlib.util.spec_from_file_location("fleet_history", GENERATOR)
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("fleet_history", module)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
