@@ -7,7 +7,6 @@ and fleet.md names the lemon GPU, the most-blamed host and the nightly failure w
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -17,19 +16,12 @@ from forensics.batch.fleet import write_fleet
 from forensics.batch.manifest import read_manifest
 from forensics.batch.run import plan_manifest, run_local
 
-GENERATOR = Path(__file__).resolve().parents[1] / "fixtures" / "generate" / "fleet_history.py"
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("fleet_history", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "generate"))
+import fleet_history  # the generator is a script of fixtures/generate, not a package
 
 
 def test_a_generated_history_gives_back_its_planted_facts(tmp_path):
-    planted = _generator().generate(tmp_path / "history", incidents=40, hosts=10, seed=11)
+    planted = fleet_history.generate(tmp_path / "history", incidents=40, hosts=10, seed=11)
     jobs = plan_manifest(read_manifest(tmp_path / "history" / "manifest.csv"), tmp_path / "out")
     index = write_fleet(run_local(jobs, 2, lambda _: None), tmp_path / "out")
     key = pl.read_csv(tmp_path / "history" / "manifest.csv").select("id", "template", "category", "culprit_host")
