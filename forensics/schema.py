@@ -250,6 +250,7 @@ RANKS = frame(
     ("first_error_text", pl.String, "that line, verbatim"),
     ("status", pl.String, "killed, crashed, stalled, timed_out, exited, silent, finished or running"),
 )
+
 FLEET_FRAME_DOCS: dict[str, FrameDoc] = {}  # the tables `forensics batch` writes across incidents
 FLEET_FINDINGS = frame(
     "fleet_findings",
