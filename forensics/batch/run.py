@@ -6,22 +6,27 @@ archive level and is searched further, so `incidents/2024/05/job-123/` works at 
 ROOT that holds files is itself one incident. Hidden files and folders are skipped.
 Workers write each incident's report under OUT/incidents/<id>/ and its evidence to
 OUT/findings/<id>.parquet (batch/findings.py), and return a small summary row; a failing incident becomes a row with its error, never the end of the
-batch. Locally each incident runs in a process of its own (batch/worker.py) under a
-wall-clock timeout and an address-space cap: a segfault, an exhausted memory or a hang is
-that incident's error. Its row is kept next to its report with a fingerprint of its
+batch. Locally each incident runs in a worker process (batch/worker.py, one per parallel
+job, serving incidents one at a time) under a wall-clock timeout and an address-space cap: a
+segfault, an exhausted memory or a hang is that incident's error, and the worker is replaced. Its row is kept next to its report with a fingerprint of its
 files and of the tool; a re-run reuses the rows whose fingerprint still matches.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import resource
+import select
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -118,10 +123,17 @@ def plan_manifest(entries: list[Entry], out: Path, pattern_dirs: tuple[Path, ...
     return [Job(incident_id(e.path, taken, given=e.incident_id), e.path, out / "incidents", pattern_dirs, e.meta) for e in entries]
 
 
+@functools.cache
+def _catalog(pattern_dirs: tuple[Path, ...]) -> Any:
+    """The catalog a job analyzes with, loaded once per process (a worker serves many jobs)."""
+    from forensics.catalog import load_full
+
+    return load_full(pattern_dirs)
+
+
 def run_job(job: Job) -> dict[str, Any]:
     """Analyze one incident and write its report; always returns an index row."""
     from forensics.batch.findings import drop_incident_findings, write_incident_findings
-    from forensics.catalog import load_full
     from forensics.flow import analyze
     from forensics.output import write_report
     from forensics.report.verdict_json import verdict_document
@@ -129,7 +141,7 @@ def run_job(job: Job) -> dict[str, Any]:
     row: dict[str, Any] = {column: None for column in INDEX_COLUMNS}
     row.update(id=job.incident_id, path=str(job.path))
     try:
-        analysis = analyze(job.path, load_full(job.pattern_dirs))
+        analysis = analyze(job.path, _catalog(job.pattern_dirs))
         write_report(analysis, job.out / job.incident_id)
         write_incident_findings(job.out.parent, job.incident_id, analysis)
     except Exception as exc:  # noqa: BLE001  one bad incident must not end a thousand-incident batch
@@ -206,27 +218,83 @@ def _cap(memory_bytes: int) -> Callable[[], None]:
     return apply
 
 
-def run_isolated(job: Job, limits: Limits, threads: int) -> dict[str, Any]:
-    """`run_job` in a child process under `limits`; an incident that kills its process, runs out
-    of memory or time becomes a row with that error."""
-    row: dict[str, Any] = {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
-    spec = {"incident_id": job.incident_id, "path": str(job.path), "out": str(job.out), "pattern_dirs": [str(p) for p in job.pattern_dirs]}
-    env = os.environ | {"POLARS_MAX_THREADS": str(threads)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "forensics.batch.worker"], input=json.dumps(spec), capture_output=True, text=True,
-            timeout=limits.timeout_s, env=env, preexec_fn=_cap(limits.memory_bytes), check=False,
+RECYCLE_AFTER = 50  # incidents one worker process analyzes before a fresh one takes over
+
+
+def _blank_row(job: Job) -> dict[str, Any]:
+    return {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
+
+
+class Worker:
+    """A `forensics.batch.worker` process that analyzes incidents one at a time (a JSON line in, a
+    row out) under `limits`: the interpreter, Polars and the catalog load once, not per incident.
+
+    An incident that kills the process, exhausts its memory cap or outlasts the timeout becomes
+    a row with that error; the process is then replaced before the next incident. A process is
+    also replaced after RECYCLE_AFTER incidents, so one incident's memory never weighs on many.
+    """
+
+    def __init__(self, limits: Limits, threads: int) -> None:
+        self.limits, self.threads = limits, threads
+        self.process: subprocess.Popen[str] | None = None
+        self.served = 0
+
+    def _start(self) -> subprocess.Popen[str]:
+        self.stderr = tempfile.TemporaryFile()
+        self.served = 0
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "forensics.batch.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            text=True, env=os.environ | {"POLARS_MAX_THREADS": str(self.threads)}, preexec_fn=_cap(self.limits.memory_bytes),
         )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return row | {"error": f"timed out after {limits.timeout_s:g} s (--timeout)"}
-    if done.returncode < 0:
-        name = signal.Signals(-done.returncode).name
-        return row | {"error": f"worker killed by {name} (memory cap {limits.memory_bytes >> 30} GiB, --memory-gb, or a crash)"}
-    try:
-        return json.loads(done.stdout)
-    except ValueError:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return row | {"error": f"worker exited with code {done.returncode}: {last[:300]}"}
+        return self.process
+
+    def stop(self) -> int | None:
+        """End the process (killing it if it still runs); its exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.kill()
+        code = self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.process = None
+        return code
+
+    def _died(self, job: Job) -> dict[str, Any]:
+        code = self.process.wait() if self.process is not None else None
+        self.stderr.seek(0)
+        last = (self.stderr.read().decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+        self.stop()
+        if code is not None and code < 0:
+            cause = f"killed by {signal.Signals(-code).name} (memory cap {self.limits.memory_bytes >> 30} GiB, --memory-gb, or a crash)"
+            return _blank_row(job) | {"error": f"worker {cause}"}
+        return _blank_row(job) | {"error": f"worker exited with code {code}: {last[:300]}"}
+
+    def run(self, job: Job) -> dict[str, Any]:
+        if self.process is not None and (self.process.poll() is not None or self.served >= RECYCLE_AFTER):
+            self.stop()
+        process = self.process or self._start()
+        spec = {
+            "incident_id": job.incident_id,
+            "path": str(job.path),
+            "out": str(job.out),
+            "pattern_dirs": [str(p) for p in job.pattern_dirs],
+        }
+        try:
+            process.stdin.write(json.dumps(spec) + "\n")
+            process.stdin.flush()
+        except OSError:
+            return self._died(job)
+        ready, _, _ = select.select([process.stdout], [], [], self.limits.timeout_s)
+        if not ready:
+            self.stop()
+            return _blank_row(job) | {"error": f"timed out after {self.limits.timeout_s:g} s (--timeout)"}
+        answer = process.stdout.readline()
+        if not answer:
+            return self._died(job)
+        self.served += 1
+        return json.loads(answer)
 
 
 def run_local(
@@ -241,8 +309,16 @@ def run_local(
         progress(f"{len(rows)} of {len(jobs)} incidents unchanged since the last run: reused")
     threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
     started = time.monotonic()
+    own, everyone = threading.local(), []
+
+    def run_isolated(job: Job) -> dict[str, Any]:
+        if not hasattr(own, "worker"):
+            own.worker = Worker(limits, threads)
+            everyone.append(own.worker)
+        return own.worker.run(job)
+
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
-        futures = {pool.submit(run_isolated, job, limits, threads): job for job in todo}
+        futures = {pool.submit(run_isolated, job): job for job in todo}
         for n, future in enumerate(as_completed(futures), start=1):
             job = futures[future]
             row = rows[job.incident_id] = future.result()
@@ -252,6 +328,8 @@ def run_local(
             rate = n / max(time.monotonic() - started, 1e-9)
             eta = (len(todo) - n) / rate
             progress(f"[{n}/{len(todo)}] {job.incident_id}: {row['category'] or row['error']} ({rate:.2f}/s, about {eta:.0f} s left)")
+    for worker in everyone:
+        worker.stop()
     return [with_meta(rows[job.incident_id], job.meta) for job in jobs]
 
 

@@ -1,8 +1,9 @@
-"""One incident of a batch in a process of its own: `python -m forensics.batch.worker`.
+"""Incidents of a batch in a process of their own: `python -m forensics.batch.worker`.
 
-Enters: a Job as JSON on stdin. Leaves: its index row as JSON on stdout. The parent runs
-it under a wall-clock timeout and an address-space cap (batch/run.py), so an incident that
-segfaults, exhausts memory or never ends costs that incident only.
+Enters: Jobs as JSON, one per line on stdin. Leaves: each one's index row as one JSON line on
+stdout, in order; anything else the analysis prints goes to stderr. The parent (batch/run.py)
+sends the next job only after the last row, under a wall-clock timeout and an address-space
+cap, so an incident that segfaults, exhausts memory or never ends costs that incident only.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from forensics.batch.run import Job, run_job
 
 
 def main() -> None:
-    spec = json.loads(sys.stdin.read())
-    job = Job(spec["incident_id"], Path(spec["path"]), Path(spec["out"]), tuple(Path(p) for p in spec["pattern_dirs"]))
-    sys.stdout.write(json.dumps(run_job(job), default=str))
+    rows, sys.stdout = sys.stdout, sys.stderr  # only rows travel on the real stdout
+    for line in sys.stdin:
+        spec = json.loads(line)
+        job = Job(spec["incident_id"], Path(spec["path"]), Path(spec["out"]), tuple(Path(p) for p in spec["pattern_dirs"]))
+        rows.write(json.dumps(run_job(job), default=str) + "\n")
+        rows.flush()
 
 
 if __name__ == "__main__":
