@@ -1,17 +1,21 @@
 """Batch throughput on a generated year of incidents, and whether fleet.md finds what was planted.
 
-    python benchmarks/fleet.py [--incidents 2000] [--hosts 200] [--jobs 2] [--work /tmp/forensics-fleet]
+    python benchmarks/fleet.py [--incidents 1000] [--hosts 200] [--jobs 2] [--work /tmp/forensics-fleet]
 
 Generates the history with fixtures/generate/fleet_history.py (real-format incidents re-hosted
 onto a fleet, a manifest with start times, planted lemon hosts, a lemon GPU and a nightly
 failure window), runs `forensics batch --manifest` on it, then runs it again: the second run
 reuses every unchanged incident, so its time against the first is the cost of a no-op re-run.
-Prints incidents per second and, for each planted fact, whether fleet.md names it.
+The baseline is what a user would do without batch: a loop of `forensics analyze`, one process
+per incident, run --jobs at a time (timed on a sample, projected to the whole history). Prints
+incidents per second, the ratio to the baseline and, for each planted fact, whether fleet.md
+names it.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -30,6 +34,18 @@ def _batch(work: Path, jobs: int) -> float:
     return time.perf_counter() - started
 
 
+def _analyze_loop(work: Path, sample: int) -> float:
+    """Seconds per incident of the baseline, a shell loop of `forensics analyze` (one process per
+    incident), timed on the first `sample` incidents of the manifest."""
+    with (work / "manifest.csv").open() as manifest:
+        paths = [work / row["path"] for row in list(csv.DictReader(manifest))[:sample]]
+    started = time.perf_counter()
+    for n, path in enumerate(paths):
+        command = [sys.executable, "-m", "forensics.cli", "analyze", str(path), "--out", str(work / "loop" / str(n))]
+        subprocess.run(command, check=False, capture_output=True)
+    return (time.perf_counter() - started) / len(paths)
+
+
 def found(fleet_md: str, planted: dict) -> dict[str, bool]:
     """Each planted fact, and whether fleet.md states it."""
     rows = fleet_md.splitlines()
@@ -45,10 +61,11 @@ def found(fleet_md: str, planted: dict) -> dict[str, bool]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--incidents", type=int, default=2000)
+    parser.add_argument("--incidents", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/forensics-fleet"))
+    parser.add_argument("--loop-sample", type=int, default=20, help="incidents the analyze-loop baseline is timed on")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -56,13 +73,17 @@ def main() -> None:
     generated = time.perf_counter() - started
     first = _batch(args.work, args.jobs)
     again = _batch(args.work, args.jobs)
+    loop = _analyze_loop(args.work, args.loop_sample) * args.incidents / args.jobs  # the loop run `jobs` at a time
     facts = found((args.work / "out" / "fleet.md").read_text(), planted)
     print(f"{args.incidents} incidents on {args.hosts} hosts, generated in {generated:.0f} s; forensics batch --jobs {args.jobs}:")
     print(f"  first run  {first:8.1f} s  {args.incidents / first:6.2f} incidents/s")
     print(f"  re-run     {again:8.1f} s  {again / first:6.3f}x the first (every incident unchanged)")
+    print(
+        f"  baseline   {loop:8.1f} s  a loop of `forensics analyze`, {args.jobs} at a time (timed on {args.loop_sample}): batch is {loop / first:.2f}x faster"
+    )
     for fact, ok in facts.items():
         print(f"  {'FOUND ' if ok else 'MISSED'} {fact}")
-    print(json.dumps({"first_s": round(first, 1), "rerun_s": round(again, 1), "found": facts}))
+    print(json.dumps({"first_s": round(first, 1), "rerun_s": round(again, 1), "loop_s": round(loop, 1), "found": facts}))
 
 
 if __name__ == "__main__":
