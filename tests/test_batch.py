@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -242,3 +243,22 @@ def test_a_manifest_without_a_path_column_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and "no 'path' column" in result.output
     result = CliRunner().invoke(app, ["batch", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "--manifest" in result.output
+
+
+def test_a_worker_that_answers_garbage_or_dies_costs_one_row_and_is_replaced(tmp_path):
+    """The row protocol survives a worker that prints something else, or exits, mid-conversation."""
+    from forensics.batch.run import Worker
+
+    jobs, _ = _jobs(tmp_path)
+    garbage = Worker(Limits(timeout_s=30), 1)
+    garbage.command = (sys.executable, "-c", "import sys; sys.stdin.readline(); print('not a row', flush=True)")
+    assert "something other than a row" in garbage.run(jobs[0])["error"]
+    assert garbage.process is None  # stopped: the next job gets a fresh process
+    assert "something other than a row" in garbage.run(jobs[1])["error"]
+    quitter = Worker(Limits(timeout_s=30), 1)
+    quitter.command = (sys.executable, "-c", "import sys; print('bye', file=sys.stderr); sys.exit(3)")
+    assert quitter.run(jobs[0])["error"] == "worker exited with code 3: bye"
+    real = Worker(Limits(timeout_s=120), 1)
+    rows = [real.run(job) for job in jobs]
+    real.stop()
+    assert [row["id"] for row in rows] == [job.incident_id for job in jobs] and rows[0]["category"] == "CUDA_OOM"

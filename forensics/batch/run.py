@@ -234,6 +234,8 @@ class Worker:
     also replaced after RECYCLE_AFTER incidents, so one incident's memory never weighs on many.
     """
 
+    command = (sys.executable, "-m", "forensics.batch.worker")
+
     def __init__(self, limits: Limits, threads: int) -> None:
         self.limits, self.threads = limits, threads
         self.process: subprocess.Popen[str] | None = None
@@ -243,7 +245,7 @@ class Worker:
         self.stderr = tempfile.TemporaryFile()
         self.served = 0
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "forensics.batch.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            list(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             text=True, env=os.environ | {"POLARS_MAX_THREADS": str(self.threads)}, preexec_fn=_cap(self.limits.memory_bytes),
         )  # fmt: skip
         return self.process
@@ -294,7 +296,11 @@ class Worker:
         if not answer:
             return self._died(job)
         self.served += 1
-        return json.loads(answer)
+        try:
+            return json.loads(answer)
+        except ValueError:  # not a row: the conversation is lost, so is this worker
+            self.stop()
+            return _blank_row(job) | {"error": f"worker answered something other than a row: {answer[:200]!r}"}
 
 
 def run_local(

@@ -9,6 +9,7 @@ cap, so an incident that segfaults, exhausts memory or never ends costs that inc
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +17,11 @@ from forensics.batch.run import Job, run_job
 
 
 def main() -> None:
-    rows, sys.stdout = sys.stdout, sys.stderr  # only rows travel on the real stdout
+    # Only rows travel on the real stdout: fd 1 itself now points at stderr, so neither Python
+    # nor a native library printing to it can garble a row.
+    rows = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     for line in sys.stdin:
         spec = json.loads(line)
         job = Job(spec["incident_id"], Path(spec["path"]), Path(spec["out"]), tuple(Path(p) for p in spec["pattern_dirs"]))
