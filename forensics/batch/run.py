@@ -123,6 +123,11 @@ def plan_manifest(entries: list[Entry], out: Path, pattern_dirs: tuple[Path, ...
     return [Job(incident_id(e.path, taken, given=e.incident_id), e.path, out / "incidents", pattern_dirs, e.meta) for e in entries]
 
 
+def _blank_row(job: Job) -> dict[str, Any]:
+    """An index row that says only which incident it is."""
+    return {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
+
+
 @functools.cache
 def _catalog(pattern_dirs: tuple[Path, ...]) -> Any:
     """The catalog a job analyzes with, loaded once per process (a worker serves many jobs)."""
@@ -138,8 +143,7 @@ def run_job(job: Job) -> dict[str, Any]:
     from forensics.output import write_report
     from forensics.report.verdict_json import verdict_document
 
-    row: dict[str, Any] = {column: None for column in INDEX_COLUMNS}
-    row.update(id=job.incident_id, path=str(job.path))
+    row = _blank_row(job)
     try:
         analysis = analyze(job.path, _catalog(job.pattern_dirs))
         write_report(analysis, job.out / job.incident_id)
@@ -219,10 +223,6 @@ def _cap(memory_bytes: int) -> Callable[[], None]:
 
 
 RECYCLE_AFTER = 50  # incidents one worker process analyzes before a fresh one takes over
-
-
-def _blank_row(job: Job) -> dict[str, Any]:
-    return {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
 
 
 class Worker:
@@ -358,8 +358,7 @@ def run_ray(jobs: list[Job], progress: Callable[[str], None]) -> list[dict[str, 
         try:
             row = ray.get(done[0])
         except Exception as exc:  # noqa: BLE001  a lost worker is this incident's error, not the batch's end
-            row = {column: None for column in INDEX_COLUMNS} | {"id": job.incident_id, "path": str(job.path)}
-            row["error"] = f"ray task failed: {type(exc).__name__}: {str(exc)[:300]}"
+            row = _blank_row(job) | {"error": f"ray task failed: {type(exc).__name__}: {str(exc)[:300]}"}
         rows[job.incident_id] = row
         progress(f"[{len(rows)}/{len(jobs)}] {job.incident_id}: {row['category'] or row['error']}")
     return [with_meta(rows[job.incident_id], job.meta) for job in jobs]
