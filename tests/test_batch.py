@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
-from forensics.batch.fleet import index_frame, render_fleet
+from forensics.batch.fleet import index_frame, render_fleet, write_fleet
 from forensics.batch.lemons import gpu_blame, host_blame
 from forensics.batch.run import Limits, find_incidents, incident_id, plan, run_local
 from forensics.cli import app
@@ -262,3 +262,24 @@ def test_a_worker_that_answers_garbage_or_dies_costs_one_row_and_is_replaced(tmp
     rows = [real.run(job) for job in jobs]
     real.stop()
     assert [row["id"] for row in rows] == [job.incident_id for job in jobs] and rows[0]["category"] == "CUDA_OOM"
+
+
+def test_fleet_md_draws_failures_per_month_and_tabulates_them_month_by_category(tmp_path):
+    rows = _planted_fleet()
+    rows[0] = rows[0] | {"category": "NO_FAILURE"}  # a healthy run is no failure: not counted
+    index = write_fleet(rows, tmp_path)
+    fleet = (tmp_path / "fleet.md").read_text()
+    assert "![Failures per month by category](figures/failures_by_month.png)" in fleet
+    assert (tmp_path / "figures" / "failures_by_month.png").stat().st_size > 10_000
+    header = next(line for line in fleet.split("## When")[1].splitlines() if line.startswith("| month |"))
+    assert set(header.strip("| ").split(" | ")[1:]) == {"`HARDWARE`", "`NETWORK`", "`CUDA_ERROR`"}
+    january = next(line for line in fleet.splitlines() if line.startswith("| 2025-01 |"))
+    assert (
+        sum(int(n) for n in january.strip("| ").split(" | ")[1:])
+        == 25 - 1
+        == index.filter(pl.col("start").dt.strftime("%Y-%m") == "2025-01").height - 1
+    )
+    # Nothing dated, nothing drawn.
+    undated = [row | {"start": None} for row in rows]
+    write_fleet(undated, tmp_path / "undated")
+    assert not (tmp_path / "undated" / "figures").exists() and "## When" not in (tmp_path / "undated" / "fleet.md").read_text()

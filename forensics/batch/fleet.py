@@ -3,7 +3,7 @@
 What fails most (categories of failures; healthy runs are counted apart), the signatures
 that recur, the UNKNOWN failures grouped by the template of their first failure line (what
 the catalog should learn next), which hosts and GPUs keep failing against what chance
-explains (`lemons`), when: incidents per month and category, the intervals between failures
+explains (`lemons`), when: failures per month and category (a table and `fleet_figures`), the intervals between failures
 (MTBF, regular or bursty) and whether they cluster at some hours of the day
 (`time_patterns`), and the verdicts least sure of themselves (the review queue).
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.batch.fleet_figures import FIGURE, draw_failures_by_month, monthly_failures
 from forensics.batch.lemons import MAX_CHANCE, gpu_blame, host_blame
 from forensics.batch.run import INDEX_COLUMNS
 from forensics.batch.time_patterns import MIN_DATED, WINDOW_HOURS, failure_intervals, failures, hour_of_day_cluster
@@ -57,7 +58,8 @@ def index_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return frame.with_columns(start=pl.col("start").str.to_datetime("%Y-%m-%dT%H:%M:%SZ", strict=False, time_zone="UTC")).sort("id")
 
 
-def render_fleet(index: pl.DataFrame) -> str:
+def render_fleet(index: pl.DataFrame, drawn: bool = False) -> str:
+    """fleet.md for the index; `drawn`: figures/failures_by_month.png was written next to it."""
     analyzed = index.filter(pl.col("error").is_null())
     out = [
         "# Fleet summary",
@@ -73,11 +75,11 @@ def render_fleet(index: pl.DataFrame) -> str:
         out += ["## What fails most", "", f"{failed_runs.height} failures; {healthy} runs were healthy (NO_FAILURE).", ""]
         out += [table(["category", "failures", "share"], rows), ""] if rows else []
         out += _clusters(analyzed, failed_runs) + _signatures(failed_runs) + _unknown_templates(failed_runs) + _lemons(index)
-        dated = analyzed.filter(pl.col("start").is_not_null())
-        if not dated.is_empty():
-            months = dated.group_by(pl.col("start").dt.strftime("%Y-%m").alias("month"), "category").len().sort(["month", "category"])
-            rows = [(m, code(c), str(n)) for m, c, n in months.iter_rows()]
-            out += ["## When", "", table(["month", "category", "incidents"], rows), ""]
+        monthly = monthly_failures(index)
+        if not monthly.is_empty():
+            figure = [f"![Failures per month by category](figures/{FIGURE})", ""] if drawn else []
+            rows = [(row[0], *(str(n) for n in row[1:])) for row in monthly.iter_rows()]
+            out += ["## When", "", *figure, table(["month", *(code(c) for c in monthly.columns[1:])], rows), ""]
         out += _timing(index) + _review_queue(analyzed)
     failed = index.filter(pl.col("error").is_not_null())
     if not failed.is_empty():
@@ -256,5 +258,6 @@ def write_fleet(rows: list[dict[str, Any]], out: Path) -> pl.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     index = index_frame(rows)
     index.write_parquet(out / "index.parquet")
-    (out / "fleet.md").write_text(render_fleet(index), encoding="utf-8")
+    drawn = draw_failures_by_month(monthly_failures(index), out / "figures") is not None
+    (out / "fleet.md").write_text(render_fleet(index, drawn), encoding="utf-8")
     return index
