@@ -5,7 +5,9 @@ was NaN/Inf, or a batch's loss was thrown away as NaN or absurd: SKIP_EVENTS) an
 one per stream (file, rank) with at least MIN_SKIPS such events whose last one lies in the
 stream's last TAIL_LINES lines. A few skips while an fp16 loss scaler settles are normal and
 end long before the log does; skips that continue to its end mean every step overflows or is
-NaN. Cites the last skip.
+NaN. Where the skip notes state the loss scale (Megatron's interval line), a scale that still
+falls over the last MIN_SKIPS of them is the scaler's warm-up, not yet a failure. Cites the
+last skip.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import polars as pl
 
 from forensics.schema import FINDINGS, citing, empty
 
-SKIP_EVENTS = ["NUM027", "NUM029"]
+SKIP_EVENTS = ["NUM027", "NUM029", "NUM033"]
 MIN_SKIPS = 3
 TAIL_LINES = 5
 STREAM = ["file", "stream"]
@@ -30,12 +32,12 @@ def persistent_skips(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFram
         skips.with_columns(stream=pl.col("rank").fill_null(-1))
         .sort("file", "line")
         .group_by(STREAM, maintain_order=True)
-        .agg(pl.len().alias("skips"), pl.all().last())
+        .agg(pl.len().alias("skips"), _still_settling(), pl.all().last())
         .join(ends, on=STREAM)
-        .filter(pl.col("skips") >= MIN_SKIPS, pl.col("line") >= pl.col("tail_start"))
+        .filter(pl.col("skips") >= MIN_SKIPS, pl.col("line") >= pl.col("tail_start"), ~pl.col("settling"))
     )
     return citing(
-        persisting,
+        persisting.drop("settling"),
         pattern="METRIC013",
         title=pl.format("{} training steps skipped or losses discarded as non-finite, the last at the end of the log", "skips"),
         category="NUMERICAL",
@@ -43,3 +45,9 @@ def persistent_skips(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFram
         role="symptom",
         captures=pl.struct("skips").struct.json_encode(),
     )
+
+
+def _still_settling() -> pl.Expr:
+    """Whether the loss scale the last MIN_SKIPS skips state went down (false when none states one)."""
+    scales = pl.col("captures").str.json_path_match("$.scale").cast(pl.Float64, strict=False).tail(MIN_SKIPS).drop_nulls()
+    return (scales.min() < scales.max()).fill_null(False).alias("settling")
