@@ -59,6 +59,7 @@ LOSS = [
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
     r"\|\s+(?:\w+/)*[Ll]oss(?:/Average)?\s+" + NUMBER + r"\s*$",  # rllab/rlpyt tabular `2020-12-08 21:40:50.120008  | loss/Average   nan`
+    r"\bloss is " + NUMBER,  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
     r"\bmodel_loss\s+" + NUMBER,  # Dreamer `image_loss 11650.7 / ... / model_loss inf`: after `loss 2.3` (never `avg_loss 2.3`)
 ]
 GRAD_NORM = [
@@ -88,6 +89,7 @@ DATA_TIME = [
 LOSS_SCALE = [
     r"\bAttempted loss scale: [\d.]+, reducing to\s*" + NUMBER,  # DeepSpeed overflow: the new scale
     r"\bloss[ _]scale[=:]\s*" + NUMBER,  # Megatron `loss scale: 1.0`, fairseq `loss_scale=0.25`
+    r"\|\s*loss_scale\s+" + NUMBER,  # fairseq's simple progress `| clip 0.000 | oom 0.000 | loss_scale 0.000 |`
     r"\b(?:setting|reducing) loss scale to:?\s*" + NUMBER,  # fairseq/apex overflow notes
     r"(?i)\bgrad[ _]scale(?: is small)?[=:]\s*" + NUMBER,  # torch GradScaler as icefall logs it: `grad_scale: 2.0`
 ]
