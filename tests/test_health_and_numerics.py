@@ -58,6 +58,29 @@ def test_a_training_bar_still_advancing_at_the_end_is_progress_and_a_stuck_bar_i
     assert health_proofs(stuck, extract_metrics(stuck), NO_FINDINGS).is_empty()
 
 
+MINDSPORE_SIX_WRITERS = [  # mindspore-lab/mindaudio#92: six processes print each step's loss into one log
+    "epoch: 1 step: 35, loss is 514.43310546875",
+    "epoch: 1 step: 35, loss is 541.4406127929688",
+    "epoch: 1 step: 35, loss is 557.6650390625",
+    "epoch: 1 step: 35, loss is 292.83624267578125",
+    "epoch: 1 step: 35, loss is 522.20654296875",
+    "epoch: 1 step: 35, loss is 521.9188842773438",
+    "epoch: 1 step: 36, loss is 438.53326416015625",
+    "epoch: 1 step: 36, loss is 378.19488525390625",
+    "epoch: 1 step: 36, loss is 435.86273193359375",
+    "epoch: 1 step: 36, loss is 570.6893310546875",
+    "epoch: 1 step: 36, loss is 491.56768798828125",
+    "epoch: 1 step: 36, loss is 501.5151672363281",
+]
+
+
+def test_several_writers_logging_each_step_are_progress_and_a_last_step_repeated_more_is_not():
+    lines = lines_frame(MINDSPORE_SIX_WRITERS)
+    assert health_proofs(lines, extract_metrics(lines), NO_FINDINGS)["line"].to_list() == [12]
+    stuck = lines_frame(MINDSPORE_SIX_WRITERS[5:7] + MINDSPORE_SIX_WRITERS[6:7] * 4)
+    assert health_proofs(stuck, extract_metrics(stuck), NO_FINDINGS).is_empty()
+
+
 ONE_LINE_OF_A_LONG_RUN = [  # one progress line pasted from a run far along, each from a public thread
     "[2023-01-15 19:09:56,641] [INFO] [logging.py:68:log_dist] [Rank 0] step=2500, skipped=0, lr=[0.05], mom=[(0.9, 0.999)]",
     " iteration       10/ 1000000 | consumed samples:           40 | elapsed time per iteration (ms): 356.2 | learning rate: 0.000E+00 |",

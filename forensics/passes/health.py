@@ -137,10 +137,14 @@ def _climbing(metrics: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _last_step_count() -> pl.Expr:
+    return (pl.col("step") == pl.col("step").last()).sum()
+
+
 def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
     """Per stream: steps turned since its step counter last went back (a restart, or an
     epoch-local counter after a global one): the distinct steps logged after a reset; with its
-    last step logged once and either no reset in view or a reset back to where the stream
+    last step logged once (or as often as the steps before it) and either no reset in view or a reset back to where the stream
     began (the next epoch of an epoch-local counter), the counter's value where it is higher
     (a resumed run's counter starts at its checkpoint, so after a restart mid-way only the
     steps seen count; a bar re-drawn at one count is stuck); its metric lines where none
@@ -158,7 +162,10 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
             # The counter counts from where the stream began: no reset in view, or one back to
             # that start (an epoch-local counter starting its next epoch, not a resumed run).
             counts=pl.col("step").first() <= pl.col("_stream_start").first(),
-            once=(pl.col("step") == pl.col("step").last()).sum() == 1,
+            # Logged once, or no more often than the steps before it (several processes
+            # printing each step into one file): a bar re-drawn at its last count is stuck.
+            once=(_last_step_count() == 1)
+            | (_last_step_count() <= pl.col("step").unique_counts().reverse().slice(1).max()).fill_null(False),
             seen=pl.col("step").n_unique(),
             value=pl.col("step").max(),
         )
