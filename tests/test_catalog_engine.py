@@ -157,6 +157,20 @@ def test_a_generic_family_speaks_only_where_no_specific_pattern_does():
     assert by_line == {1: ["CUDA001"], 2: ["GEN001"]}
 
 
+def test_a_teardown_note_on_the_same_line_does_not_silence_a_failure_family():
+    """lm-sys/FastChat#390, transcribed from a screenshot: the OOM and torchrun's SIGTERM run together on one line."""
+    line = (
+        "JutofMemoryError: CUDA out of memory. Tried t allocate 388.00 MiB (GPV 0; 39.43 GiB total capacity; 37.42 GiB "
+        "already allocated; 126.25 MiBfree; 3764 GiB reserved in total by Pyorch) If reserved memory is >> allocated me"
+        "mory try setting max split size mb to avoid framentationSee documentation for Memory Management and PYTORCH CU"
+        "DA ALLOC CONFwandb: Waiting for W&B process to finish...(failed 1). Press Control-C to abort syncing.WARNING:t"
+        "orch.distributed.elastic.multiprocessing.api:Sending process 22093 closing signal SIGTERMERROR:torch.distribut"
+        "ed.elastic.multiprocessing.api:failed exitcode: 1) local rank: 1 pid: 22094) of binary: /usr/bin/python3"
+    )
+    found = match_catalog(lines_frame([line]), load_catalog())
+    assert dict(found.select("pattern", "role").rows()) == {"GEN002": "initiating", "TRUN011": "teardown"}
+
+
 def test_the_watchdog_wrapping_an_unknown_cuda_error_is_classified_by_what_it_wraps(tmp_path):
     """A wrapper is not a cause: the watchdog line carries a CUDA error no specific pattern knows."""
     from forensics.flow import analyze

@@ -68,7 +68,8 @@ def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFr
     A generic pattern's finding is dropped on a line that a specific pattern explains:
     the family speaks only for messages the catalog has never seen. A specific event
     explains a line for a generic event only; a failure family still speaks on a line
-    that a specific pattern merely notes as an event. A match on a line whose handler says
+    that a specific pattern merely notes as an event or as the launcher's teardown (two
+    messages run together on one line). A match on a line whose handler says
     it ignored the error and went on (HANDLED) is kept as an event: nothing stopped there.
     """
     candidates = prefilter(lines, patterns)
@@ -79,7 +80,7 @@ def match_catalog(lines: pl.DataFrame, patterns: Sequence[Pattern]) -> pl.DataFr
     if generic:
         is_generic = pl.col("pattern").is_in(generic)
         specific = found.filter(~is_generic)
-        by_failure = specific.filter(pl.col("role") != "event").select("file", "line").unique()
+        by_failure = specific.filter(~pl.col("role").is_in(["event", "teardown"])).select("file", "line").unique()
         by_event = specific.filter(pl.col("role") == "event").select("file", "line").unique()
         families = found.filter(is_generic).join(by_failure, on=["file", "line"], how="anti")
         generic_events = families.filter(pl.col("role") == "event").join(by_event, on=["file", "line"], how="anti")
