@@ -38,6 +38,10 @@ from forensics.causal_chain import causal_chain
 from forensics.passes.traceback_context import UNCAUGHT
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
 
+# An unmatched line that says something failed: an exception raised, or a logger's ERROR level
+# (detectron2 `ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:`).
+RAISED_OR_LOGGED_ERROR = r"(?:Error|Exception): |\bERROR(?: \[| - | \| )"
+
 ROLE_WEIGHT = {"initiating": 0.55, "symptom": 0.35, "cascade": 0.20, "teardown": 0.10}
 SEVERITY_WEIGHT = {"critical": 0.10, "error": 0.05, "warning": 0.0}
 EARLINESS_MAX = 0.30
@@ -545,7 +549,7 @@ def decide(
     strong = [h for h in hypotheses if h not in weak]
     if not strong:
         cited: list[dict[str, Any]] = []
-        crashed_lines = unmatched.filter(pl.col("template").str.contains(r"(?:Error|Exception): "))
+        crashed_lines = unmatched.filter(pl.col("template").str.contains(RAISED_OR_LOGGED_ERROR))
         if crashed_lines.is_empty() and not proofs.is_empty():
             category, state = Category.NO_FAILURE, "healthy"
             first = None

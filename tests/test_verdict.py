@@ -233,6 +233,18 @@ def test_unmatched_error_only_is_unknown_and_cites_it():
     assert (v.first_failure["file"], v.first_failure["line"]) == ("rank_1.log", 3)
 
 
+def test_an_error_level_log_line_is_failure_evidence_even_without_an_exception_line():
+    """ShoufaChen/DiffusionDet#39: detectron2 logs the failure at ERROR level; the traceback after it was not pasted."""
+    texts = [
+        "[12/20 18:16:14 d2.utils.events]:  eta: 19:46:57  iter: 4979  total_loss: 9.924  loss_ce: 0.7974  loss_bbox: 0.3912  loss_giou: 0.3875  loss_ce_0: 0.8377  loss_bbox_0: 0.4803  loss_giou_0: 0.448  loss_ce_1: 0.8489  loss_bbox_1: 0.3942  loss_giou_1: 0.3934  loss_ce_2: 0.8181  loss_bbox_2: 0.4009  loss_giou_2: 0.3799  loss_ce_3: 0.7867  loss_bbox_3: 0.3836  loss_giou_3: 0.38  loss_ce_4: 0.7726  loss_bbox_4: 0.3905  loss_giou_4: 0.3784  time: 0.2814  data_time: 0.0108  lr: 2.5e-05  max_mem: 5418M",
+        "[12/20 18:16:20 fvcore.common.checkpoint]: Saving checkpoint to ./output/model_0004999.pth",
+        "ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:",
+    ]
+    lines = conform(pl.DataFrame({"file": "console.log", "line": [1, 2, 3], "rank": None, "text": texts}), LINES)
+    v = verdict_of([], lines)
+    assert (v.category, v.state, v.first_failure["line"]) == (Category.UNKNOWN, "crashed", 3)
+
+
 def test_untimed_lines_are_ordered_by_the_previous_time_in_their_stream():
     # rank_0.log: 10:00:00 then an untimed DataLoader error; rank_1.log: a CUDA error at 10:00:30.
     # The untimed error happened after 10:00:00, so it is the earlier failure, though CUDA_ERROR

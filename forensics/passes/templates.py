@@ -1,7 +1,7 @@
 """Cluster error lines that no pattern explains into templates, for the UNKNOWN section.
 
 Notes:
-    A line is error-like when it holds an exception name, `Error`, `FATAL`, `failed` or
+    A line is error-like when it holds an exception name, `Error`, an ERROR log level, `FATAL`, `failed` or
     `Traceback`-ending exception text. Numbers, hex ids, paths and quoted strings are
     masked so that the same message from 1,024 ranks becomes one template with a count
     and its first occurrence (file:line). No finding -> these are what a human reads.
@@ -13,6 +13,7 @@ import polars as pl
 
 ERROR_LIKE = (
     r"(?:\b[A-Z]\w*(?:Error|Exception)\b: |\bFATAL\b|\bfatal error\b|\b(?:Error|ERROR)\b[:\]]|"
+    r"\bERROR(?: \[| - | \| )|"  # a logger's level: detectron2 `ERROR [12/20 18:16:20 d2.engine.train_loop]:`, `- ERROR -`, loguru `| ERROR |`
     r"\bfailed\b|\bSegmentation fault\b|\bAborted\b|\bcore dumped\b)"
 )
 NOISE = (
