@@ -155,6 +155,40 @@ def test_fifo_is_listed_not_opened(tmp_path):
     assert (row["path"], row["status"], row["problem"]) == ("pipe.log", "skipped", "not a regular file")
 
 
+def test_a_file_swapped_for_a_fifo_or_a_link_after_discovery_is_unreadable_not_a_hang(tmp_path, monkeypatch):
+    import threading
+
+    from forensics import flow
+
+    real_discover = flow.discover
+    root = tmp_path / "incident"
+    root.mkdir()
+    (root / "rank_0.log").write_text("[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    (root / "rank_1.log").write_text("step 1 loss 2.0\n")
+    (root / "rank_2.log").write_text("step 1 loss 2.1\n")
+    (tmp_path / "secret").write_text("outside the incident\n")
+
+    def discover_then_swap(root, only=None):
+        inputs = real_discover(root, only)
+        (root / "rank_0.log").unlink()
+        os.mkfifo(root / "rank_0.log")  # a plain open() would wait forever for a writer
+        (root / "rank_1.log").unlink()
+        (root / "rank_1.log").symlink_to(tmp_path / "secret")
+        return inputs
+
+    monkeypatch.setattr(flow, "discover", discover_then_swap)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(analysis=flow.analyze(root)), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "reading a FIFO swapped in after discovery blocked"
+    incident = result["analysis"].incident
+    inputs = {row["path"]: row for row in incident.inputs.iter_rows(named=True)}
+    assert inputs["rank_0.log"]["status"] != "parsed" and "not a regular file" in inputs["rank_0.log"]["problem"]
+    assert inputs["rank_1.log"]["status"] != "parsed"
+    assert incident.lines["text"].to_list() == ["step 1 loss 2.1"]
+
+
 def test_a_git_folder_is_listed_once_unread_and_other_dot_folders_are_read(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")

@@ -9,6 +9,7 @@ of bounded size, so a small archive that inflates to gigabytes costs time, not m
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,24 @@ ZSTD_FEED = 16 << 10
 READ_BLOCK = 1 << 20  # compressed bytes read at a time when streaming
 INFLATE_BLOCK = 4 << 20  # most decompressed bytes one gzip step may produce
 ZSTD_STREAM_FEED = 1 << 10  # zstd input per step when streaming: at most ~32 MB out of it
+
+
+def open_input(path: Path) -> BinaryIO:
+    """`path` opened for reading, if it is still a regular file.
+
+    Without blocking and without following a link: a file swapped after discovery for a
+    FIFO (whose open would wait forever for a writer), a device or a symbolic link raises
+    OSError, like an unreadable file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"not a regular file any more: {path.name}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True)
@@ -84,7 +103,7 @@ def _unzstd(raw: bytes, limit: int) -> Payload:
 
 def read_bytes(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> Payload:
     """The file's content, decompressed when it is gzip or zstd (by magic, not by name)."""
-    with path.open("rb") as handle:
+    with open_input(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         # read() sized by fstat is 5x faster than read(n) with a large n (no oversized buffer)
         raw = handle.read() if 0 < size <= limit else handle.read(limit + 1)
@@ -102,7 +121,7 @@ def read_bytes(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> Payload:
 
 def is_compressed(path: Path) -> bool:
     """Whether the file is gzip or zstd, by its magic bytes."""
-    with path.open("rb") as handle:
+    with open_input(path) as handle:
         return compression_of(handle.read(4)) is not None
 
 
@@ -178,7 +197,7 @@ def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Itera
     bytes ending at a newline, up to `limit` bytes (MAX_DECOMPRESSED_BYTES for a compressed
     file: inflating takes time even when memory is bounded). A line longer than a piece is
     cut where the piece ends."""
-    with path.open("rb") as handle:
+    with open_input(path) as handle:
         stored = max(os.fstat(handle.fileno()).st_size, 1)
         kind = compression_of(handle.read(4))
         handle.seek(0)
@@ -205,7 +224,7 @@ def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Itera
 
 def read_head(path: Path, size: int = 64 << 10) -> bytes:
     """The first `size` bytes of content (decompressed), for sniffing the kind of a file."""
-    with path.open("rb") as handle:
+    with open_input(path) as handle:
         raw = handle.read(size)
     kind = compression_of(raw[:4])
     if kind == "gzip":

@@ -31,6 +31,7 @@ import msgspec
 import polars as pl
 
 from forensics.incident import FileStatus
+from forensics.ingest.text import open_input
 from forensics.schema import InputStatus
 
 Scalar = int | float | str | None
@@ -148,7 +149,7 @@ class TraceLoad:
 
 def _pieces(path: Path, problems: list[str]) -> Iterator[bytes]:
     """The file's bytes in bounded pieces, gunzipped when the content (not the name) says gzip."""
-    with path.open("rb") as fh:
+    with open_input(path) as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
         if not gzipped:
