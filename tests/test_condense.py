@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from forensics.catalog.load import load_full
 from forensics.flow import analyze, kept_literals
@@ -126,6 +128,18 @@ def test_pieces_end_at_newlines_and_the_last_is_flagged(tmp_path):
     assert b"".join(data for data, _ in pieces) == path.read_bytes()
     assert [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]
     assert all(data.endswith(b"\n") or last or len(data) >= 16 for data, last in pieces)
+
+
+def test_a_piece_of_tiny_lines_is_cut_to_a_bounded_line_count_and_nothing_is_lost(tmp_path):
+    """A .gz of one-character lines: memory follows lines, not bytes, so pieces are bounded in both."""
+    path = tmp_path / "rank_0.log.gz"
+    text = b"a\n" * 5000 + b"a longer line near the end\n" + b"b\n" * 999 + b"unterminated"
+    path.write_bytes(gzip.compress(text))
+    pieces = list(read_pieces(path, 1 << 20, max_lines=700))
+    assert b"".join(p.data for p in pieces) == text
+    assert max(p.data.count(b"\n") for p in pieces) <= 700 and len(pieces) >= 6000 // 700
+    assert [p.last for p in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert sum(p.share for p in pieces) == pytest.approx(1.0)
 
 
 def test_a_line_longer_than_a_piece_does_not_shift_the_numbers_of_the_lines_after_it(tmp_path, monkeypatch):

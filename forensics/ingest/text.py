@@ -25,6 +25,7 @@ MAX_STREAMED_BYTES = 64 << 30  # a plain file read in pieces costs time, not mem
 ZSTD_FEED = 16 << 10
 READ_BLOCK = 1 << 20  # compressed bytes read at a time when streaming
 INFLATE_BLOCK = 4 << 20  # most decompressed bytes one gzip step may produce
+MAX_PIECE_LINES = 1 << 20  # lines per streamed piece: a file of tiny lines costs memory per line, not per byte
 ZSTD_STREAM_FEED = 1 << 10  # zstd input per step when streaming: at most ~32 MB out of it
 
 
@@ -192,11 +193,11 @@ def _inflated_blocks(handle: BinaryIO, stream: _Stream, limit: int, kind: str) -
         stream.problem = f"decompressed size exceeds {limit} bytes; rest not read"
 
 
-def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Iterator[Piece]:
+def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES, max_lines: int = MAX_PIECE_LINES) -> Iterator[Piece]:
     """The file's content (decompressed when gzip or zstd, by magic) in pieces of about `size`
-    bytes ending at a newline, up to `limit` bytes (MAX_DECOMPRESSED_BYTES for a compressed
-    file: inflating takes time even when memory is bounded). A line longer than a piece is
-    cut where the piece ends."""
+    bytes and at most about `max_lines` lines, ending at a newline, up to `limit` bytes
+    (MAX_DECOMPRESSED_BYTES for a compressed file: inflating takes time even when memory is
+    bounded). A line longer than a piece is cut where the piece ends."""
     with open_input(path) as handle:
         stored = max(os.fstat(handle.fileno()).st_size, 1)
         kind = compression_of(handle.read(4))
@@ -217,9 +218,27 @@ def read_pieces(path: Path, size: int, limit: int = MAX_STREAMED_BYTES) -> Itera
             cut = data.rfind(b"\n") + 1 or len(data)
             carry = data[cut:]
             position = handle.tell()
-            yield Piece(data[:cut], False, (position - consumed) / stored)
+            share = (position - consumed) / stored
+            for part in _at_most_lines(data[:cut], max_lines):
+                yield Piece(part, False, share * len(part) / cut)
             consumed = position
-        yield Piece(carry + b"".join(buffered), True, max(stored - consumed, 0) / stored, stream.problem)
+        rest, share = carry + b"".join(buffered), max(stored - consumed, 0) / stored
+        parts = list(_at_most_lines(rest, max_lines)) or [b""]
+        for part in parts[:-1]:
+            yield Piece(part, False, share * len(part) / len(rest))
+        yield Piece(parts[-1], True, share * len(parts[-1]) / max(len(rest), 1), stream.problem)
+
+
+def _at_most_lines(data: bytes, most: int) -> Iterator[bytes]:
+    """`data` cut at newlines into parts of at most `most` lines (a million one-character lines
+    cost a frame far more than their bytes)."""
+    while data:
+        end, lines = len(data), data.count(b"\n")
+        while lines > most:  # cut where the line count says, then closer, until it fits
+            end = data.rfind(b"\n", 0, end * most // lines) + 1 or data.find(b"\n") + 1
+            lines = data.count(b"\n", 0, end)
+        yield data[:end]
+        data = data[end:]
 
 
 def read_head(path: Path, size: int = 64 << 10) -> bytes:
