@@ -293,6 +293,15 @@ SAMPLES = [
         None,
         id="mindspore-loss-monitor",
     ),
+    pytest.param(  # modelscope/ms-swift#2436: its logging.jsonl line when the gradient norm turned NaN
+        '{"loss": 2.23302879, "acc": 0.26443233, "grad_norm": NaN, "learning_rate": 1.617e-05, "memory(GiB)": 19.54, "train_speed(iter/s)": 0.408118, "epoch": 0.7497623, "global_step/max_steps": "8280/11043", "percentage": "74.98%", "elapsed_time": "5h 38m 5s", "remaining_time": "1h 52m 49s"}',
+        8280,
+        2.23302879,
+        float("nan"),
+        None,
+        None,
+        id="ms-swift-jsonl",
+    ),
     pytest.param(  # Horovod#675: an AverageMeter line, each value followed by its running mean
         "[GPU rank 1] Epoch: [1][30786/34406]    Time 0.783 (2.771)      Data 0.006 (1.204)      Loss 58.0583 (55.2676)",
         30786,

@@ -36,6 +36,7 @@ STEP = [
     r"(?i)\bstep(?: ?[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`, TF `step = 991`
     r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
     r"'step': '?(\d+)",  # HF dict with a step callback
+    r'"global_step/max_steps": "(\d+)/\d+"',  # ms-swift's JSON lines
     r'^\{"train_.*"epoch": (\d+)\}\s*$',  # MAE/DeiT/DINO log.txt, one JSON line per epoch
     r'^\{"epoch": (\d+), "loss": ',  # fairseq's json train line, one per epoch
     r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
@@ -52,7 +53,7 @@ LOSS = [
     r"\breduced_train_loss[=:]\s*" + NUMBER,
     r"'loss': '?" + NUMBER,
     r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
-    r'[{,] "loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
+    r'[{,]\s*"loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
     r"(?i)\bloss ?[=:]\s*" + NUMBER,  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`
     r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
@@ -65,6 +66,7 @@ LOSS = [
 GRAD_NORM = [
     r"\bgrad[ _]norm[=:]?\s*" + NUMBER,
     r"'grad_norm': '?" + NUMBER,
+    r'"grad_norm": "?' + NUMBER,  # ms-swift's JSON lines `{"loss": 2.23302879, "acc": 0.26443233, "grad_norm": NaN, ...}`
     r"\b(?:model|total|global|actor|critic|policy|value)_grad_norm[=:]?\s*"
     + NUMBER,  # Dreamer/RL `model_grad_norm nan`: never max_/clip_ settings
 ]
