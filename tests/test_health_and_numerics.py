@@ -214,6 +214,19 @@ def test_a_bare_bar_takes_its_phase_from_the_line_above_and_stays_rank_zero_s_wh
     assert "HANG006" not in findings["pattern"].to_list()
 
 
+YOLOV5_LABEL_SCAN = [  # ultralytics/yolov5#4400: rank 0 scans and caches the labels; ranks 1-3 hit the 60 s watchdog
+    "train: Scanning '../coco/labels/train' images and labels...43718 found, 110 missing, 0 empty, 7 corrupted:  97%|██▉| 43830/45049 [01:07<00:18, 66.12it/s][E ProcessGroupNCCL.cpp:567] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=60000) ran for 67438 milliseconds before timing out.",
+    "[E ProcessGroupNCCL.cpp:567] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=60000) ran for 67434 milliseconds before timing out.",
+    "[E ProcessGroupNCCL.cpp:567] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=60000) ran for 67441 milliseconds before timing out.",
+]
+
+
+def test_a_long_labelled_bar_with_another_rank_s_timeout_glued_after_it_is_rank_zero_s(incident):
+    verdict = analyze(incident({"console.log": "\n".join(YOLOV5_LABEL_SCAN) + "\n"})).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", [0])
+    assert verdict.first_failure["line"] == 1 and "Scanning '../coco/labels/train'" in verdict.first_failure["text"]
+
+
 def test_the_configured_timeout_is_read_in_every_unit_the_waiting_lines_use():
     from forensics.passes.busy_rank import _configured_timeout
 

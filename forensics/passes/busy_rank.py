@@ -24,10 +24,10 @@ from forensics.schema import FINDINGS, conform, empty
 # What a preprocessing phase calls itself: `Running tokenizer on dataset`, `caching latents...`.
 PREPROCESSING = (
     r"(?i)(?:map|tokeniz|running tokenizer|filter|preprocess|pre-process|convert|packing|grouping|formatting|loading dataset"
-    r"|caching|encoding|extracting)"
+    r"|caching|encoding|extracting|scanning)"
 )
 # `Running tokenizer on dataset:  88%|████▊ | 383700/433643 [29:55<03:25, ...`
-PREPROCESSING_BAR = PREPROCESSING + r"[^|\n]{0,60}:?\s+\d{1,3}%\|"
+PREPROCESSING_BAR = PREPROCESSING + r"[^|\n]{0,120}:?\s+\d{1,3}%\|"
 # ` 87%|████▉ | 1582/1818 [30:02<04:26, ...`: a bar with no description of its own; the phase
 # is named by the line printed just before it (`caching latents...`), at most LABEL_ABOVE lines up.
 BARE_BAR = r"^\s*\d{1,3}%\|"
@@ -59,9 +59,10 @@ def busy_rank_zero(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
     if waiting.is_empty():
         return empty(FINDINGS)
     first_wait = waiting.sort("line").group_by("file").first()
-    # A bar at the very start of a line is untagged even when the line carries a rank: tqdm ends
-    # its redraws without a newline, so another rank's message is often glued after the bar.
-    bar_first = pl.col("text").str.contains(r"^\s*\d{1,3}%\|")
+    # A bar at the very start of a line, or before any bracket on a line whose `[Rank N]` tag
+    # comes after it, is untagged even when the line carries a rank: tqdm ends its redraws
+    # without a newline, so another rank's message is often glued after the bar.
+    bar_first = pl.col("text").str.contains(r"^\s*\d{1,3}%\||^[^\[]*\d{1,3}%\|.*\[[Rr]ank ?\d+\]")
     bars = (
         _preprocessing_bars(lines)
         .filter(pl.col("rank").is_null() | (pl.col("rank") == 0) | bar_first)
