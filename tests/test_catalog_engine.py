@@ -157,6 +157,16 @@ def test_a_generic_family_speaks_only_where_no_specific_pattern_does():
     assert by_line == {1: ["CUDA001"], 2: ["GEN001"]}
 
 
+def test_tensorflow_s_oom_is_device_memory_unless_its_line_names_the_cpu_allocator():
+    """tensorflow/nmt#119 (no device on the line) is the GPU's; the CPU allocator's wording (a Keras OCR run) is host memory."""
+    texts = [
+        "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[1664,279617]",
+        "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[307328,3817] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu",
+    ]
+    found = match_catalog(lines_frame(texts), load_catalog())
+    assert found.select("line", "pattern").rows() == [(1, "GEN002"), (2, "HOST007")]
+
+
 def test_a_teardown_note_on_the_same_line_does_not_silence_a_failure_family():
     """lm-sys/FastChat#390, transcribed from a screenshot: the OOM and torchrun's SIGTERM run together on one line."""
     line = (
