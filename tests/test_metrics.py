@@ -302,6 +302,15 @@ SAMPLES = [
         None,
         id="ms-swift-jsonl",
     ),
+    pytest.param(  # a CTC speech model's epoch summary, padded to align its colons (speech-recognition-primer#2)
+        "LOSS     :  nan",
+        None,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="padded-colon-loss",
+    ),
     pytest.param(  # Horovod#675: an AverageMeter line, each value followed by its running mean
         "[GPU rank 1] Epoch: [1][30786/34406]    Time 0.783 (2.771)      Data 0.006 (1.204)      Loss 58.0583 (55.2676)",
         30786,
