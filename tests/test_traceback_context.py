@@ -217,3 +217,33 @@ def test_keras_save_weights_is_checkpoint_code(tmp_path):
     found = classify_by_frames(_lines(tmp_path, KERAS_SAVE_WEIGHTS), empty(FINDINGS))
     assert found.select("pattern", "category").rows() == [("CTX001", "CHECKPOINT_IO")]
     assert "in save_weights" in found["captures"][0] or "in save_model" in found["captures"][0]
+
+
+# modelscope/ms-swift#4644 (blank lines as posted): Megatron's batch fetch finds the data iterator exhausted.
+ITERATOR_RAN_OUT = """\
+[rank24]: File "/home/user/.local/lib/python3.10/site-packages/swift/megatron/train/utils.py", line 213, in get_batch
+
+[rank24]: batch = get_batch_on_this_tp_rank(data_iterator)
+
+[rank24]: File "/home/user/.local/lib/python3.10/site-packages/swift/megatron/train/utils.py", line 60, in get_batch_on_this_tp_rank
+
+[rank24]: data = next(data_iterator)
+
+[rank24]: StopIteration
+"""
+# OpenNMT/OpenNMT-py#1454: the multi-GPU batch producer's queue is full.
+PRODUCER_QUEUE_FULL = """\
+  File "/workspace/OpenNMT-py/train.py", line 127, in batch_producer
+    q.put(b, False)
+  File "/opt/conda/envs/learn-dev/lib/python3.7/multiprocessing/queues.py", line 83, in put
+    raise Full
+queue.Full
+"""
+
+
+def test_exceptions_named_without_error_are_exception_lines_and_batch_fetching_frames_are_the_data_pipeline(tmp_path):
+    ran_out = classify_by_frames(_lines(tmp_path, ITERATOR_RAN_OUT), empty(FINDINGS))
+    assert ran_out.select("category", "line", "text").rows() == [("DATA_PIPELINE", 9, "[rank24]: StopIteration")]
+    assert "in get_batch_on_this_tp_rank" in ran_out["captures"][0]
+    full = classify_by_frames(_lines(tmp_path, PRODUCER_QUEUE_FULL), empty(FINDINGS))
+    assert full.select("category", "line", "text").rows() == [("DATA_PIPELINE", 5, "queue.Full")]

@@ -61,16 +61,21 @@ MAX_LINE_CHARS = 64 << 10  # of one line, what the patterns and passes read
 CONTEXT_LINES = BEFORE_HIT + AFTER_HIT  # the lines of one piece condensed again with the next
 NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCCL (?:INFO|WARN)"
 # A line continues the block above it: traceback frames (indented by 2+ spaces or a tab, or a
-# `File "…", line N` frame whatever its indent: `[rank0]:  File` loses one space to the prefix;
+# `File "…", line N` frame whatever its indent, none included: `[rank0]:  File` loses one space
+# to the prefix, a paste may lose them all;
 # Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
 # C++ stacks, chained-exception notes, and PyTorch's fixed CUDA-error boilerplate.
 CONTINUATION = (
-    r"^(?:(?:  |\t)\s*\S|\s+File \"[^\"]+\", line \d+|frame #\d+|Exception raised from |During handling of the above|The above exception"
+    r"^(?:(?:  |\t)\s*\S|\s*File \"[^\"]+\", line \d+|frame #\d+|Exception raised from |During handling of the above|The above exception"
     r"|CUDA kernel errors might be asynchronously|For debugging consider passing|Compile with `?TORCH_USE_CUDA_DSA)"
 )
 # After these, even a plain line stays in the block (the exception line that ends a Python
 # traceback). Not after a C++ `frame #N`: a stack ends the block, and the next line is news.
-CARRIES_ON = r"^(?:(?:  |\t)\s*\S|\s+File \"[^\"]+\", line \d+|During handling of the above|The above exception)"
+# So does a frame's source line. A blank line passes on what the line above it carries (a
+# traceback pasted double-spaced, its indents lost).
+CARRIES_ON = r"^(?:(?:  |\t)\s*\S|\s*File \"[^\"]+\", line \d+|During handling of the above|The above exception)"
+PYTHON_FRAME = r"^\s*File \"[^\"]+\", line \d+"
+EXCEPTION_NAME = r"^[A-Za-z_][\w.]*(?::\s|:?\s*$)"
 
 
 @dataclass(frozen=True)
@@ -241,11 +246,21 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
     payload = pl.col("text").str.slice(pl.col("prefix_len"))
     stream = ["file", "stream_rank", "segment"]  # no block spans lines that condensing cut out
     in_file = ["file", "segment"]
+    nonblank = payload.str.strip_chars() != ""
+    # A frame's source line carries on too, even pasted without its indent; the exception line
+    # that may follow a frame directly (`KeyError: 'x'`, `StopIteration`) does not.
+    frame_above = (
+        pl.when(nonblank).then(payload.str.contains(PYTHON_FRAME)).forward_fill().shift(1).over(in_file, order_by="line").fill_null(False)
+    )
+    source_line = frame_above & ~payload.str.contains(EXCEPTION_NAME)
     # A line that joins the record above: a frame, or the line after one (the exception line).
     joins = pl.col("cont") | pl.col("carries").shift(1).over(in_file, order_by="line").fill_null(False)
     record = [*in_file, "_record"]
     return (
-        lines.with_columns(cont=payload.str.contains(CONTINUATION), carries=payload.str.contains(CARRIES_ON))
+        lines.with_columns(
+            cont=payload.str.contains(CONTINUATION),
+            carries=pl.when(nonblank).then(payload.str.contains(CARRIES_ON) | source_line).forward_fill().over(in_file, order_by="line"),
+        )
         .with_columns(_joins=joins)
         .with_columns(_record=(~pl.col("_joins")).cum_sum().over(in_file, order_by="line"))
         .with_columns(

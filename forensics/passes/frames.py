@@ -35,4 +35,5 @@ CHECKPOINT_FRAMES = (
 DATALOADER_FRAMES = (
     r"torch/utils/data/|in _worker_loop\b|site-packages/datasets/|[\\/]data_?load(?:ing|ers?)[\\/]"
     r"|(?i:[\w-]*(?:dataset|data_?loader)[\w-]*\.py)\", line \d+, in \w"
+    r"|, in (?:\w+_)?(?:get|next|fetch|load)_batch\w*$|, in batch_producer$"  # Megatron's `get_batch_on_this_tp_rank`, OpenNMT's producer
 )

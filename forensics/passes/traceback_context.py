@@ -25,7 +25,12 @@ import polars as pl
 from forensics.passes.frames import CHECKPOINT_FRAMES, DATALOADER_FRAMES, FRAME, THREAD_HEADER
 from forensics.schema import FINDINGS, conform, empty
 
-EXCEPTION_LINE = r"(?:^|\]:?\s?|: )(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s|$)"
+# `ValueError: ...`, `torch.OutOfMemoryError: ...`, and the exceptions whose names say neither:
+# a data iterator that ran out (`StopIteration`), a full queue (`queue.Full`), an interrupt.
+EXCEPTION_LINE = (
+    r"(?:^|\]:?\s?|: )(?:(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)"
+    r"|StopIteration|KeyboardInterrupt|SystemExit|(?:_?queue\.)?(?:Full|Empty))(?::\s|\s*$)"
+)
 
 # (pattern id, category, title, frames that decide it, generic patterns it overrides, what the
 # exception line must say: None for any exception, or a cut traceback)
