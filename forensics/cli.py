@@ -76,6 +76,10 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+Figures = Annotated[
+    bool,
+    typer.Option("--figures/--no-figures", help="Draw figures/*.png; --no-figures skips matplotlib (most of a small incident's time)."),
+]
 PatternDirs = Annotated[
     list[Path] | None,
     typer.Option(
@@ -116,6 +120,7 @@ def analyze(
     frames: Annotated[bool, typer.Option("--frames", help="Also write the frames as OUT/frames/*.parquet.")] = False,
     fail_on: Annotated[FailOn | None, typer.Option("--fail-on", help="Exit 3 when a finding of this severity or worse exists.")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Print where the time went, stage by stage, on stderr.")] = False,
+    figures: Figures = True,
     pattern_dirs: PatternDirs = None,
 ) -> None:
     """Analyze one incident folder and write postmortem.md, verdict.json and figures/."""
@@ -136,7 +141,7 @@ def analyze(
         raise _fail(str(exc)) from None
     try:
         with timed(analysis.incident, "report"):
-            write_report(analysis, target, frames=frames, html=output_format == AnalyzeFormat.html)
+            write_report(analysis, target, frames=frames, html=output_format == AnalyzeFormat.html, figures=figures)
     except OSError as exc:
         raise _fail(f"cannot write to {target}: {exc.strerror or exc}") from None
     if timings:
@@ -227,6 +232,7 @@ def batch(
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds one incident may take (local engine).")] = 900,
     memory_gb: Annotated[float, typer.Option("--memory-gb", min=0.5, help="Address space one incident may use, GiB (local engine).")] = 8,
     force: Annotated[bool, typer.Option("--force", help="Redo incidents unchanged since the last run into OUT.")] = False,
+    figures: Figures = True,
     manifest: Annotated[
         Path | None,
         typer.Option(
@@ -250,10 +256,10 @@ def batch(
     _catalog(pattern_dirs)  # refuse a bad pattern folder before the first incident
     dirs = tuple(d.resolve() for d in pattern_dirs or ())
     taken: set[str] = set()
-    work = plan(roots, out, dirs, taken)
+    work = plan(roots, out, dirs, taken, figures)
     if manifest is not None:
         try:
-            work += plan_manifest(read_manifest(manifest), out, dirs, taken)
+            work += plan_manifest(read_manifest(manifest), out, dirs, taken, figures)
         except ManifestError as exc:
             raise _fail(str(exc)) from exc
     if not work:

@@ -31,25 +31,25 @@ FRAMES = ("inputs", "lines", "findings", "metrics", "ranks")
 MANIFEST = ".forensics-written"
 
 
-def write_report(analysis: Analysis, out: Path | str, frames: bool = False, html: bool = False) -> list[Path]:
-    """Write postmortem.md, verdict.json, figures/ (postmortem.html with `html`, frames/ with
-    `frames`) under `out`; return what was written."""
+def write_report(analysis: Analysis, out: Path | str, frames: bool = False, html: bool = False, figures: bool = True) -> list[Path]:
+    """Write postmortem.md, verdict.json, figures/ (unless not `figures`; postmortem.html with
+    `html`, frames/ with `frames`) under `out`; return what was written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous(out)
-    figures: list[Path] = []
+    drawn: list[Path] = []
     figures_dir = out / "figures"
-    for draw in sources.FIGURES:
+    for draw in sources.FIGURES if figures else ():
         figures_dir.mkdir(exist_ok=True)
-        figures += _isolated(analysis, draw.__name__, draw, analysis.incident, figures_dir) or []
+        drawn += _isolated(analysis, draw.__name__, draw, analysis.incident, figures_dir) or []
     written = [out / "postmortem.md", out / "verdict.json"]
     sections = [text for render in sources.SECTIONS if (text := _isolated(analysis, render.__name__, render, analysis.incident))]
-    markdown = render_markdown(analysis, figures, sections)
+    markdown = render_markdown(analysis, drawn, sections)
     _atomic(written[0], lambda tmp: tmp.write_text(markdown, encoding="utf-8"))
     _atomic(written[1], lambda tmp: tmp.write_text(render_json(analysis), encoding="utf-8"))
     if html:
         written.append(out / "postmortem.html")
-        page = render_html(markdown, f"Postmortem: {analysis.incident.root.name}", figures)
+        page = render_html(markdown, f"Postmortem: {analysis.incident.root.name}", drawn)
         _atomic(written[-1], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     if frames:
         frames_dir = out / "frames"
@@ -61,7 +61,7 @@ def write_report(analysis: Analysis, out: Path | str, frames: bool = False, html
                 path = frames_dir / f"{name}.parquet"
                 _atomic(path, partial(write_frame, frame, name))
                 written.append(path)
-    everything = written + figures
+    everything = written + drawn
     _atomic(out / MANIFEST, lambda tmp: tmp.write_text(json.dumps(sorted(p.relative_to(out).as_posix() for p in everything), indent=1)))
     return everything
 

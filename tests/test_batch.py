@@ -42,6 +42,14 @@ def test_batch_writes_reports_index_and_fleet(tmp_path):
     assert "`CUDA_OOM`" in fleet and "Could not analyze" in fleet
 
 
+def test_batch_without_figures_draws_none_and_a_run_with_them_redoes_the_incidents(tmp_path):
+    root, out = _archive(tmp_path), tmp_path / "out"
+    assert CliRunner().invoke(app, ["batch", str(root), "--out", str(out), "--jobs", "1", "--no-figures"]).exit_code == 0
+    assert not list((out / "incidents").rglob("*.png"))
+    assert CliRunner().invoke(app, ["batch", str(root), "--out", str(out), "--jobs", "1"]).exit_code == 0
+    assert list((out / "incidents" / "cuda_oom_8rank_cascade" / "figures").glob("*.png"))
+
+
 def test_batch_writes_a_findings_dataset_one_file_per_incident(tmp_path):
     root, out = _archive(tmp_path), tmp_path / "out"
     assert CliRunner().invoke(app, ["batch", str(root), "--out", str(out), "--jobs", "1"]).exit_code == 0

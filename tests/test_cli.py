@@ -152,6 +152,17 @@ def test_frames_are_written_as_parquet(incident, tmp_path):
     assert lines.height == 5 and set(lines["rank"].to_list()) == {5}
 
 
+def test_no_figures_writes_the_report_without_drawing(incident, tmp_path):
+    root = incident({"rank_5.log": OOM_LOG, "rank_0.log": HEALTHY_LOG})
+    assert run("analyze", root, "--out", tmp_path / "drawn").exit_code == 0
+    assert list((tmp_path / "drawn" / "figures").glob("*.png"))  # the ranks' timeline, at least
+    result = run("analyze", root, "--out", tmp_path / "plain", "--no-figures")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "plain" / "figures").exists()
+    assert "figures/" not in (tmp_path / "plain" / "postmortem.md").read_text()
+    assert json.loads((tmp_path / "plain" / "verdict.json").read_text())["verdict"]["category"] == "CUDA_OOM"
+
+
 def test_fail_on_critical_exits_3_on_an_oom(incident, tmp_path):
     root = incident({"rank_5.log": OOM_LOG})
     result = run("analyze", root, "--out", tmp_path / "out", "--fail-on", "critical")

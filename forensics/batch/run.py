@@ -72,6 +72,7 @@ class Job:
     out: Path
     pattern_dirs: tuple[Path, ...] = ()
     meta: tuple[tuple[str, Any], ...] = ()  # a manifest's columns for this incident (batch/manifest.py)
+    figures: bool = True  # draw the report's figures
 
 
 def _visible(folder: Path) -> list[Path]:
@@ -111,16 +112,24 @@ def incident_id(path: Path, taken: set[str], root: Path | None = None, given: st
     return base
 
 
-def plan(roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = (), taken: set[str] | None = None) -> list[Job]:
+def plan(
+    roots: Iterable[Path], out: Path, pattern_dirs: tuple[Path, ...] = (), taken: set[str] | None = None, figures: bool = True
+) -> list[Job]:
     """One job per incident folder under the roots; `taken` holds the ids already given out."""
     taken = set() if taken is None else taken
-    return [Job(incident_id(p, taken, root), p, out / "incidents", pattern_dirs) for root in roots for p in find_incidents([root])]
+    return [
+        Job(incident_id(p, taken, root), p, out / "incidents", pattern_dirs, figures=figures)
+        for root in roots
+        for p in find_incidents([root])
+    ]
 
 
-def plan_manifest(entries: list[Entry], out: Path, pattern_dirs: tuple[Path, ...] = (), taken: set[str] | None = None) -> list[Job]:
+def plan_manifest(
+    entries: list[Entry], out: Path, pattern_dirs: tuple[Path, ...] = (), taken: set[str] | None = None, figures: bool = True
+) -> list[Job]:
     """One job per manifest row: its folder is the incident, whatever it holds."""
     taken = set() if taken is None else taken
-    return [Job(incident_id(e.path, taken, given=e.incident_id), e.path, out / "incidents", pattern_dirs, e.meta) for e in entries]
+    return [Job(incident_id(e.path, taken, given=e.incident_id), e.path, out / "incidents", pattern_dirs, e.meta, figures) for e in entries]
 
 
 def _blank_row(job: Job) -> dict[str, Any]:
@@ -146,7 +155,7 @@ def run_job(job: Job) -> dict[str, Any]:
     row = _blank_row(job)
     try:
         analysis = analyze(job.path, _catalog(job.pattern_dirs))
-        write_report(analysis, job.out / job.incident_id)
+        write_report(analysis, job.out / job.incident_id, figures=job.figures)
         write_incident_findings(job.out.parent, job.incident_id, analysis)
     except Exception as exc:  # noqa: BLE001  one bad incident must not end a thousand-incident batch
         drop_incident_findings(job.out.parent, job.incident_id)
@@ -189,8 +198,9 @@ class Limits:
 
 
 def fingerprint(job: Job) -> str:
-    """The tool's version and catalog, and every file of the incident by path, size and mtime."""
-    digest = hashlib.sha256(f"{__version__}\0".encode())
+    """The tool's version and catalog, whether figures are drawn, and every file of the incident by
+    path, size and mtime."""
+    digest = hashlib.sha256(f"{__version__}\0{job.figures}\0".encode())
     catalogs = [default_catalog_dir(), *job.pattern_dirs]
     for folder in [job.path, *catalogs]:
         for base, dirs, files in os.walk(folder):
@@ -282,6 +292,7 @@ class Worker:
             "path": str(job.path),
             "out": str(job.out),
             "pattern_dirs": [str(p) for p in job.pattern_dirs],
+            "figures": job.figures,
         }
         try:
             process.stdin.write(json.dumps(spec) + "\n")

@@ -24,7 +24,13 @@ def main() -> None:
     sys.stdout = sys.stderr
     for line in sys.stdin:
         spec = json.loads(line)
-        job = Job(spec["incident_id"], Path(spec["path"]), Path(spec["out"]), tuple(Path(p) for p in spec["pattern_dirs"]))
+        job = Job(
+            spec["incident_id"],
+            Path(spec["path"]),
+            Path(spec["out"]),
+            tuple(Path(p) for p in spec["pattern_dirs"]),
+            figures=spec["figures"],
+        )
         rows.write(json.dumps(run_job(job), default=str) + "\n")
         rows.flush()
 
