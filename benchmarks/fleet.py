@@ -5,7 +5,8 @@
 Generates the history with fixtures/generate/fleet_history.py (real-format incidents re-hosted
 onto a fleet, a manifest with start times, planted lemon hosts, a lemon GPU and a nightly
 failure window), runs `forensics batch --manifest` on it, then runs it again: the second run
-reuses every unchanged incident, so its time against the first is the cost of a no-op re-run.
+reuses every unchanged incident, so its time against the first is the cost of a no-op re-run;
+a third run with --no-figures into a fresh OUT times the analysis without matplotlib.
 The baseline is what a user would do without batch: a loop of `forensics analyze`, one process
 per incident, run --jobs at a time (timed on a sample, projected to the whole history). Prints
 incidents per second, the ratio to the baseline and, for each planted fact, whether fleet.md
@@ -27,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "gener
 import fleet_history  # the generator is a script of fixtures/generate, not a package
 
 
-def _batch(work: Path, jobs: int) -> float:
-    command = [sys.executable, "-m", "forensics.cli", "batch", "--manifest", str(work / "manifest.csv"), "--out", str(work / "out")]
+def _batch(work: Path, jobs: int, out: str = "out", *options: str) -> float:
+    command = [sys.executable, "-m", "forensics.cli", "batch", "--manifest", str(work / "manifest.csv"), "--out", str(work / out)]
     started = time.perf_counter()
-    subprocess.run([*command, "--jobs", str(jobs)], check=True, capture_output=True, env=os.environ | {"NO_COLOR": "1"})
+    subprocess.run([*command, "--jobs", str(jobs), *options], check=True, capture_output=True, env=os.environ | {"NO_COLOR": "1"})
     return time.perf_counter() - started
 
 
@@ -73,17 +74,29 @@ def main() -> None:
     generated = time.perf_counter() - started
     first = _batch(args.work, args.jobs)
     again = _batch(args.work, args.jobs)
+    plain = _batch(args.work, args.jobs, "out-no-figures", "--no-figures")
     loop = _analyze_loop(args.work, args.loop_sample) * args.incidents / args.jobs  # the loop run `jobs` at a time
     facts = found((args.work / "out" / "fleet.md").read_text(), planted)
     print(f"{args.incidents} incidents on {args.hosts} hosts, generated in {generated:.0f} s; forensics batch --jobs {args.jobs}:")
     print(f"  first run  {first:8.1f} s  {args.incidents / first:6.2f} incidents/s")
     print(f"  re-run     {again:8.1f} s  {again / first:6.3f}x the first (every incident unchanged)")
+    print(f"  no figures {plain:8.1f} s  {args.incidents / plain:6.2f} incidents/s (--no-figures, into a fresh OUT)")
     print(
         f"  baseline   {loop:8.1f} s  a loop of `forensics analyze`, {args.jobs} at a time (timed on {args.loop_sample}): batch is {loop / first:.2f}x faster"
     )
     for fact, ok in facts.items():
         print(f"  {'FOUND ' if ok else 'MISSED'} {fact}")
-    print(json.dumps({"first_s": round(first, 1), "rerun_s": round(again, 1), "loop_s": round(loop, 1), "found": facts}))
+    print(
+        json.dumps(
+            {
+                "first_s": round(first, 1),
+                "rerun_s": round(again, 1),
+                "no_figures_s": round(plain, 1),
+                "loop_s": round(loop, 1),
+                "found": facts,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
