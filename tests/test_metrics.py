@@ -311,6 +311,15 @@ SAMPLES = [
         None,
         id="padded-colon-loss",
     ),
+    pytest.param(  # AlexeyAB/darknet#2789 (quoted as posted): darknet's iteration line, running average second
+        ">  28: -nan, -nan avg loss, 0.000000 rate, 0.797576 seconds, 1792 images",
+        28,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="darknet-iteration",
+    ),
     pytest.param(  # Horovod#675: an AverageMeter line, each value followed by its running mean
         "[GPU rank 1] Epoch: [1][30786/34406]    Time 0.783 (2.771)      Data 0.006 (1.204)      Loss 58.0583 (55.2676)",
         30786,

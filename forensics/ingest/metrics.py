@@ -43,7 +43,8 @@ STEP = [
     r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
     r"(?:\bEpoch\[\d+\] )?\bBatch \[(\d+)\]\s+Speed: ",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (R: no epoch; restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
-    r"solver\.cpp:\d+\] Iteration (\d+)\b",  # Caffe `solver.cpp:218] Iteration 23500 (1.00034 iter/s, ...), loss = 38.7695`
+    r"solver\.cpp:\d+\] Iteration (\d+)\b",
+    r"^(?:>\s*)?\s*(\d+): [-+]?[\w.]+, [-+]?[\w.]+ avg\b",  # darknet `28: -nan, -nan avg loss, 0.000000 rate, ...`  # Caffe `solver.cpp:218] Iteration 23500 (1.00034 iter/s, ...), loss = 38.7695`
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
@@ -60,7 +61,10 @@ LOSS = [
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
     r"\|\s+(?:\w+/)*[Ll]oss(?:/Average)?\s+" + NUMBER + r"\s*$",  # rllab/rlpyt tabular `2020-12-08 21:40:50.120008  | loss/Average   nan`
-    r"\bloss is " + NUMBER,  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
+    r"\bloss is " + NUMBER,
+    r"^(?:>\s*)?\s*\d+: [-+]?[\w.]+, "
+    + NUMBER
+    + r" avg\b",  # darknet: the running average loss  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
     r"\bmodel_loss\s+" + NUMBER,  # Dreamer `image_loss 11650.7 / ... / model_loss inf`: after `loss 2.3` (never `avg_loss 2.3`)
 ]
 GRAD_NORM = [
