@@ -324,7 +324,8 @@ def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern | Deri
 
 EXCEPTION_TEXT = (
     r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b:|\b(?:CUDA|NCCL|cuDNN) error\b|exception: |terminate called"
-    r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|return code = -?[1-9]|exit status -?[1-9]|exited on signal"
+    r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|\bexit code:? -?[1-9]|return code = -?[1-9]|exit status -?[1-9]"
+    r"|exited on signal|interrupted by signal"
     r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+|Received \d+ death signal"
     r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
     r"|sigkill_handler\] Killing subprocess"  # the DeepSpeed launcher ends its workers
@@ -335,17 +336,28 @@ EXCEPTION_TEXT = (
 
 # A sticky CUDA error, an OOM or a dead GPU ends the process even when no exception line survived.
 FATAL_BY_NATURE = [Category.CUDA_ERROR, Category.CUDA_OOM, Category.HARDWARE, Category.HOST_OOM]
-# A critical network, setup or kill error ends the job too, unless the ranks then hung until a
-# timeout (an IB error that leaves the collective waiting for the watchdog).
-FATAL_UNLESS_HUNG = [Category.NETWORK, Category.ENVIRONMENT, Category.PROCESS_KILLED]
+# An error with a cause (a network, setup, kill, storage or data error, and a CUDA error or an OOM
+# logged at error level: NCCL's `Cuda failure`) ends the job too, unless the ranks then hung until a
+# timeout (an IB error that leaves the collective waiting for the watchdog). Hardware at error level
+# (a throttled GPU, corrected ECC errors) may leave the job running slower: only critical is fatal.
+FATAL_UNLESS_HUNG = [
+    Category.CUDA_ERROR,
+    Category.CUDA_OOM,
+    Category.HOST_OOM,
+    Category.NETWORK,
+    Category.ENVIRONMENT,
+    Category.PROCESS_KILLED,
+    Category.CHECKPOINT_IO,
+    Category.DATA_PIPELINE,
+]
 
 
 def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int]) -> str:
     """How the job ended, from the evidence rather than the category.
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
-    code, a kill or an abort of its own, or a critical network, setup or kill error stands
-    with no hang after it, or an uncaught traceback (cut off before its exception line or not)
+    code, a kill or an abort of its own, or an error with a cause (network, setup, kill, storage,
+    data, or a CUDA or memory one logged at error level) stands with no hang after it, or an uncaught traceback (cut off before its exception line or not)
     ends a process while nothing shows a hang; hung: collectives timed out or a hang was
     localized while the culprit went quiet, even if the watchdog then aborted everyone, or
     a stack dump shows processes waiting;
@@ -381,7 +393,9 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
         return "crashed"
     if hang_evidence:
         return "hung"
-    ended = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_UNLESS_HUNG))
+    ended = failures.filter(
+        pl.col("role") == "initiating", pl.col("severity").is_in(["critical", "error"]), pl.col("category").is_in(FATAL_UNLESS_HUNG)
+    )
     if anyone_died or traceback_ended or not ended.is_empty():
         return "crashed"
     if category == Category.STRAGGLER or not failures.filter(pl.col("category") == Category.STRAGGLER).is_empty():

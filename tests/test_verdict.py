@@ -496,10 +496,30 @@ def test_horovod_s_wording_of_nccl_s_system_error_is_a_network_failure(tmp_path,
             "NETWORK",
             "hung",
         ),
+        # OpenNMT#463: Lua torch's checkpoint writer ran out of disk, logged at no level.
+        (
+            [
+                "[12/18/17 06:01:29 INFO] Saving checkpoint to '/MT-work/Corpus/en-US_lv-LV/Jonckers/Global/171208/Jonckers_Global_en_lv_checkpoint.t7'...",
+                "/home/mtuser/torch/install/bin/luajit: /home/mtuser/torch/install/share/lua/5.1/torch/File.lua:210: write error: wrote 9367499 blocks instead of 31014000 at /home/mtuser/torch/pkg/torch/lib/TH/THDiskFile.c:356",
+            ],
+            "CHECKPOINT_IO",
+            "crashed",
+        ),
+        # NVIDIA/nccl#1528: a CUDA failure NCCL logs as a warning and returns up the call chain.
+        (
+            [
+                "c76d92cccb6e:72:457 [1] enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'",
+                "c76d92cccb6e:72:457 [1] NCCL INFO init.cc:1475 -> 1",
+            ],
+            "CUDA_ERROR",
+            "crashed",
+        ),
+        # PaddleDetection#3531: an IDE's run window reports the kill.
+        (["Process finished with exit code 137 (interrupted by signal 9: SIGKILL)"], "PROCESS_KILLED", "crashed"),
     ],
-    ids=["agent death signal", "IB error alone", "IB error then a timeout"],
+    ids=["agent death signal", "IB error alone", "IB error then a timeout", "checkpoint write error", "NCCL CUDA failure", "IDE exit 137"],
 )
-def test_a_critical_network_setup_or_kill_error_ends_the_job_unless_the_ranks_then_hung(tmp_path, lines, category, state):
+def test_an_error_with_a_cause_ends_the_job_unless_the_ranks_then_hung(tmp_path, lines, category, state):
     from forensics.flow import analyze
 
     (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
