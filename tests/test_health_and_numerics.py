@@ -542,6 +542,35 @@ def test_a_loss_that_rises_by_orders_of_magnitude_explodes_even_in_a_short_excer
     assert json.loads(explosion["captures"][0])["step"] == 3250
 
 
+# horovod/horovod#1737 (DeepLab under Horovod, two ranks in one console): rank 0's cross entropy is
+# in the thousands while rank 1's is about 3; the excerpt starts after rank 0 blew up.
+HOROVOD_RANK0_EXPLODED = [
+    "[1,1]<stderr>:INFO:tensorflow:cross_entropy = 3.2162714, learning_rate = 0.013941194, train_mean_iou = 0.044501893, train_px_accuracy = 0.6036568 (7.317 sec)",
+    "[1,0]<stderr>:INFO:tensorflow:cross_entropy = 3936.8564, learning_rate = 0.013941194, train_mean_iou = 0.039751776, train_px_accuracy = 0.5942941 (7.314 sec)",
+    "[1,1]<stderr>:INFO:tensorflow:cross_entropy = 3.395734, learning_rate = 0.013936993, train_mean_iou = 0.044070747, train_px_accuracy = 0.60730934 (7.308 sec)",
+    "[1,0]<stderr>:INFO:tensorflow:cross_entropy = 8630.3545, learning_rate = 0.013936993, train_mean_iou = 0.03948465, train_px_accuracy = 0.5968001 (7.309 sec)",
+    "[1,1]<stderr>:INFO:tensorflow:cross_entropy = 11.08021, learning_rate = 0.0139327925, train_mean_iou = 0.043267388, train_px_accuracy = 0.61028844 (7.284 sec)",
+    "[1,0]<stderr>:INFO:tensorflow:cross_entropy = 10853.728, learning_rate = 0.0139327925, train_mean_iou = 0.038815014, train_px_accuracy = 0.59665734 (7.285 sec)",
+]
+
+
+def _mpirun_ranks(texts: list[str]) -> pl.DataFrame:
+    """One console with mpirun's `[1,R]<stderr>:` prefixes, each line's rank R."""
+    return lines_frame(texts).with_columns(rank=pl.col("text").str.extract(r"^\[1,(\d+)\]").cast(pl.Int32))
+
+
+def test_a_rank_whose_loss_sits_orders_of_magnitude_above_its_peers_exploded_and_is_named():
+    lines = _mpirun_ranks(HOROVOD_RANK0_EXPLODED)
+    explosion = _numerical(lines).filter(pl.col("pattern") == "METRIC009")
+    assert explosion.height == 1 and explosion["rank"][0] == 0 and explosion["line"][0] == 4
+
+
+def test_ranks_whose_losses_differ_by_their_batches_do_not_explode():
+    tenfold = [line.replace("cross_entropy = 3936.8564", "cross_entropy = 39.368564") for line in HOROVOD_RANK0_EXPLODED]
+    calm = [line for line in tenfold if "= 8630" not in line and "= 10853" not in line]
+    assert _numerical(_mpirun_ranks(calm)).filter(pl.col("pattern") == "METRIC009").is_empty()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_loss_that_falls_from_its_start_or_doubles_does_not_explode(seed):
     curve = _noisy_curve(seed, steps=200)

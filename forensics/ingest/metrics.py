@@ -65,6 +65,9 @@ LOSS = [
     r"^(?:>\s*)?\s*\d+: [-+]?[\w.]+, "
     + NUMBER
     + r" avg\b",  # darknet: the running average loss  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
+    r"\bcross_entropy\s*[=:]\s*" + NUMBER,  # TensorFlow's official models `INFO:tensorflow:cross_entropy = 3.2162714, learning_rate = ...`
+    r"\bloss_[A-Za-z]\w{0,15}\s*[=:]\s*"
+    + NUMBER,  # a run logging only named parts: faceswap `loss_A: 0.06181, loss_B:`, a GAN's `loss_disc=3.598, loss_gen=` (the first)
     r"\bmodel_loss\s+" + NUMBER,  # Dreamer `image_loss 11650.7 / ... / model_loss inf`: after `loss 2.3` (never `avg_loss 2.3`)
 ]
 GRAD_NORM = [
@@ -135,7 +138,7 @@ MEMORY_RESERVED = [
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 # Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
 GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
-CANDIDATE = r"(?i)iter|step|tick|loss|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch|^\s*\d+/\d+\s+\d+(?:\.\d+)?G\s"
+CANDIDATE = r"(?i)iter|step|tick|loss|cross_entropy|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch|^\s*\d+/\d+\s+\d+(?:\.\d+)?G\s"
 
 
 def _first(patterns: list[str]) -> pl.Expr:

@@ -18,13 +18,15 @@ STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \
 
 # Checkpoint I/O, never activation checkpointing (torch/utils/checkpoint.py, checkpoint_wrapper):
 # torch's own modules, the frameworks' checkpoint modules (mmengine's CheckpointHook, Composer's
-# trainer/checkpoint.py, Lightning's connector and ModelCheckpoint, DeepSpeed's checkpoint engine,
+# trainer/checkpoint.py, Lightning's connector and ModelCheckpoint, DeepSpeed's checkpoint engine, a
+# module named for checkpoint storage (PyTorch-BigGraph's checkpoint_storage.py, a checkpoint_manager.py),
 # TensorFlow's Saver and tf.train.Checkpoint), any function that saves, loads, downloads or
 # restores a checkpoint (`save_checkpoint`, `write_ckpt`), and a function called just `save`,
 # `save_weights` or `save_model` (Keras and tf.keras write weights there).
 CHECKPOINT_FRAMES = (
     r"torch/serialization\.py|torch/distributed/checkpoint/|dist_checkpointing/|safetensors"
     r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/model_checkpoint\.py|checkpoint_engine/"
+    r"|checkpoint_(?:storage|manager|io)\.py"
     r"|\b_{0,2}(?:save|load|download|restore)_(?:zero_)?checkpoint\b|in _save\b"
     r"|tensorflow/python/training/saver\.py|tensorflow/python/checkpoint/|\b(?:save|write|load|read|restore)_ckpt\b|, in save(?:_weights|_model)?\s*$"
 )

@@ -44,8 +44,14 @@ Notes:
       never fell PLATEAU_LEARNED below its start: the model is not learning (learning rate
       zero, frozen weights, masked labels). Cites the stream's first smoothed point; the
       reference is its best. An excerpt from the middle of a run is not judged.
+    - loss_explosion (METRIC009): a positive loss EXPLODED times the lowest loss logged
+      before it (two earlier points suffice) and at least MIN_EXPLOSION_LOSS. The lowest is
+      the stream's own, or in a file several ranks write, any rank's: replicas of one model
+      never sit three orders of magnitude apart.
     - replica_divergence (METRIC007): a rank whose loss departs from its peers' at one
       step and stays apart (`replicas.departed_ranks`); one finding per such rank.
+    Besides non_finite's own rule, a finding names a rank when the anomaly shows on that one
+    rank while other ranks log losses in the same files (`_sole_rank`).
 """
 
 from __future__ import annotations
@@ -192,12 +198,15 @@ def divergence(metrics: pl.DataFrame) -> pl.DataFrame:
 
 
 def loss_explosion(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Losses EXPLODED times their stream's lowest earlier value: orders of magnitude, which no
-    noise and no schedule explains. Two earlier points suffice, so a short excerpt is judged too."""
-    segment = [*STREAM, "segment"]
+    """Losses EXPLODED times their stream's lowest earlier value, or, in a file several ranks
+    write, any rank's: orders of magnitude, which no noise and no schedule explains, and which
+    data-parallel replicas (the same weights, different batches) never show between them. Two
+    earlier points suffice, so a short excerpt is judged too."""
     losses = _segmented(metrics.filter(pl.col("loss").is_finite() & (pl.col("loss") > 0)))
-    lowest = pl.col("loss").cum_min().shift(1).over(segment)
-    earlier = pl.int_range(pl.len()).over(segment)
+    shared = pl.col("rank").n_unique().over("file") > 1
+    within = [pl.when(shared).then(pl.lit(0)).otherwise(pl.col("rank").fill_null(-1)), "file", "segment"]
+    lowest = pl.col("loss").cum_min().shift(1).over(within)
+    earlier = pl.int_range(pl.len()).over(within)
     exploded = losses.with_columns(lowest=lowest, earlier=earlier).filter(
         (pl.col("earlier") >= 2) & (pl.col("loss") >= EXPLODED * pl.col("lowest")) & (pl.col("loss") >= MIN_EXPLOSION_LOSS)
     )
@@ -260,6 +269,16 @@ def _first_rank_to_go_bad(bad: pl.DataFrame, metrics: pl.DataFrame) -> int | Non
     return int(first[0]) if first.len() == 1 and not peers_fine.is_empty() else None
 
 
+def _sole_rank(bad: pl.DataFrame, metrics: pl.DataFrame) -> int | None:
+    """The one rank an anomaly shows on, where other ranks log losses beside it in the same
+    files without it (replicas of one model: the bad loss is that rank's own). None otherwise."""
+    ranks = bad["rank"].drop_nulls().unique()
+    if ranks.len() != 1 or bad["rank"].null_count():
+        return None
+    peers = metrics.filter(pl.col("file").is_in(bad["file"].unique().implode()) & pl.col("loss").is_finite() & (pl.col("rank") != ranks[0]))
+    return int(ranks[0]) if not peers.is_empty() else None
+
+
 def numerics_table(metrics: pl.DataFrame) -> pl.DataFrame:
     """Every numerical anomaly in the metrics (NUMERICS schema), in file and line order."""
     if metrics.is_empty():
@@ -281,6 +300,8 @@ def numerical_findings(table: pl.DataFrame, metrics: pl.DataFrame, lines: pl.Dat
     for (kind, own_rank), rows in table.with_columns(_own=per_rank).group_by("kind", "_own", maintain_order=True):
         pattern, title, severity = KINDS[kind]
         first_rank = _first_rank_to_go_bad(rows, metrics) if kind == "non_finite" else own_rank
+        if first_rank is None and kind != "non_finite":
+            first_rank = _sole_rank(rows, metrics)
         if first_rank is not None:
             rows = rows.filter(pl.col("rank") == first_rank)
         first = (
