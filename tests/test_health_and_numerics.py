@@ -338,6 +338,38 @@ def test_a_loss_that_only_climbs_is_no_proof_of_health():
     assert proofs([settled[0].replace("loss = 38.7695", "loss = 90.5")] + CAFFE_CLIMB) == ["progressing"]
 
 
+# PaddlePaddle/PaddleDetection#6048 (real lines): PP-YOLOE's loss during its learning-rate warm-up.
+PPYOLOE_WARMUP = [
+    "[05/24 16:55:42] ppdet.engine INFO: Epoch: [0] [  0/166] learning_rate: 0.000000 loss: 4.831001 loss_cls: 1.623000 loss_iou: 0.746897 loss_dfl: 2.681520 loss_l1: 2.082105 eta: 16:21:30 batch_cost: 1.1825 data_cost: 0.1905 ips: 2.5369 images/s",
+    "[05/24 17:00:25] ppdet.engine INFO: Epoch: [0] [100/166] learning_rate: 0.004217 loss: 4.718459 loss_cls: 2.129966 loss_iou: 0.665714 loss_dfl: 2.090601 loss_l1: 2.087489 eta: 1 day, 12:32:16 batch_cost: 2.6612 data_cost: 1.5758 ips: 1.1273 images/s",
+    "[05/24 17:03:29] ppdet.engine INFO: Epoch: [1] [  0/166] learning_rate: 0.007000 loss: 8.422877 loss_cls: 5.889220 loss_iou: 0.651913 loss_dfl: 2.083613 loss_l1: 2.060118 eta: 1 day, 12:22:24 batch_cost: 2.5678 data_cost: 1.3366 ips: 1.1683 images/s",
+    "[05/24 17:07:54] ppdet.engine INFO: Epoch: [1] [100/166] learning_rate: 0.011217 loss: 21.496906 loss_cls: 19.170841 loss_iou: 0.541128 loss_dfl: 1.721369 loss_l1: 1.121590 eta: 1 day, 11:31:50 batch_cost: 2.4889 data_cost: 1.3846 ips: 1.2054 images/s",
+]
+# huggingface/datasets#7440 (real lines): a streaming run whose last words are reads timing out.
+STREAMING_TIMEOUTS = [
+    "{'loss': 2.8503, 'grad_norm': 0.35816267132759094, 'learning_rate': 0.001, 'epoch': 0.11, 'num_input_tokens_seen': 938475520}",
+    "{'loss': 3.0328, 'grad_norm': 0.3540339469909668, 'learning_rate': 0.001, 'epoch': 0.11, 'num_input_tokens_seen': 939524096}",
+    "[2025-03-11 03:46:08 WARNING] Retrying in 1s [Retry 1/5].",
+]
+
+
+def _proofs(texts: list[str]) -> list[str]:
+    lines = lines_frame(texts)
+    return health_proofs(lines, extract_metrics(lines), pl.DataFrame(schema=FINDINGS))["kind"].to_list()
+
+
+def test_a_loss_that_ends_on_its_highest_at_twice_its_lowest_is_no_proof_of_health():
+    assert _proofs(PPYOLOE_WARMUP) == []
+    calmer = [line.replace("loss: 21.496906", "loss: 4.496906") for line in PPYOLOE_WARMUP]
+    assert _proofs(calmer) == ["progressing"]
+
+
+def test_a_run_whose_last_lines_are_retries_is_no_proof_of_health():
+    stepping = [STREAMING_TIMEOUTS[0]] * 2 + STREAMING_TIMEOUTS[:2]
+    assert _proofs(stepping) == ["progressing"]
+    assert _proofs(stepping + STREAMING_TIMEOUTS[2:]) == []
+
+
 OLMO_STEPS = [  # allenai/OLMo#692: OLMo's metric block, one value per line under the step header
     "2024-08-06 09:59:26.181 intern-studio-160750:0  olmo.train:908  INFO    [step=1/739328,epoch=0]",
     "    optim/total_grad_norm=231.7",

@@ -320,6 +320,15 @@ SAMPLES = [
         None,
         id="darknet-iteration",
     ),
+    pytest.param(  # eriklindernoren/PyTorch-YOLOv3#13: the print many YOLOv3 forks keep, every part named; `total` is the loss
+        "[Epoch 0/30, Batch 323/1313] [Losses: x nan, y nan, w nan, h nan, conf 0.755184, cls nan, total nan]",
+        None,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="yolov3-losses-total",
+    ),
     pytest.param(  # tensorflow/models' official ResNet, as quoted in a fine-tuning script: the loss is named cross_entropy
         "INFO:tensorflow:cross_entropy = 0.128834, learning_rate = 1.09375e-06, train_accuracy = 0.847687 (20.201 sec)",
         None,
@@ -501,6 +510,26 @@ def test_loss_scale_changes_are_metric_rows(text, scale):
     """fp16 overflow notes (DeepSpeed, apex, fairseq) carry the new loss scale and nothing else."""
     row = extract_metrics(lines_frame([text])).row(0, named=True)
     assert row["loss_scale"] == scale and row["step"] is None and row["loss"] is None
+
+
+# yangqy1110/MGDM#3 (real lines): OpenAI's logger table, one key per row, as guided-diffusion and its
+# descendants print it, and the fp16 trainer's note with the scale's base-2 logarithm.
+OPENAI_TABLE = {
+    "| loss          | 0.423    |": ("loss", 0.423),
+    "| step          | 1.09e+04 |": ("step", 10900),
+    "| lg_loss_scale | 17.9     |": ("loss_scale", 2.0**17.9),
+    "Found NaN, decreased lg_loss_scale to 16.929000000013357": ("loss_scale", 2.0**16.929000000013357),
+}
+
+
+@pytest.mark.parametrize("text", list(OPENAI_TABLE))
+def test_openai_logger_rows_and_base_2_loss_scales(text):
+    column, value = OPENAI_TABLE[text]
+    assert extract_metrics(lines_frame([text])).row(0, named=True)[column] == pytest.approx(value)
+
+
+def test_other_keys_of_the_table_are_no_loss():
+    assert extract_metrics(lines_frame(["| mse_q0        | 0.342    |", "| vb            | 0.193    |"])).is_empty()
 
 
 # (line, lr, tokens/s, samples/s, TFLOP/s, MFU %, allocated GiB, reserved GiB); None = not on the line.

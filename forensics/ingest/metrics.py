@@ -45,6 +45,7 @@ STEP = [
     r"(?:\bEpoch\[\d+\] )?\bBatch \[(\d+)\]\s+Speed: ",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (R: no epoch; restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
     r"solver\.cpp:\d+\] Iteration (\d+)\b",
     r"^(?:>\s*)?\s*(\d+): [-+]?[\w.]+, [-+]?[\w.]+ avg\b",  # darknet `28: -nan, -nan avg loss, 0.000000 rate, ...`  # Caffe `solver.cpp:218] Iteration 23500 (1.00034 iter/s, ...), loss = 38.7695`
+    r"^\|\s*step\s*\|\s*(\d+(?:\.\d+)?(?:e\+\d+)?)\s*\|",  # OpenAI's logger table (baselines, guided-diffusion) `| step          | 1.53e+05  |`
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
@@ -60,11 +61,14 @@ LOSS = [
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
-    r"\|\s+(?:\w+/)*[Ll]oss(?:/Average)?\s+" + NUMBER + r"\s*$",  # rllab/rlpyt tabular `2020-12-08 21:40:50.120008  | loss/Average   nan`
+    r"\|\s+(?:\w+/)*[Ll]oss(?:/Average)?\s+(?:\|\s*)?"
+    + NUMBER
+    + r"\s*\|?\s*$",  # rllab/rlpyt tabular `2020-12-08 21:40:50.120008  | loss/Average   nan`, OpenAI's logger table `| loss          | nan       |`
     r"\bloss is " + NUMBER,
     r"^(?:>\s*)?\s*\d+: [-+]?[\w.]+, "
     + NUMBER
     + r" avg\b",  # darknet: the running average loss  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
+    r"\bLosses: [^\]]*\btotal\s+" + NUMBER,  # PyTorch-YOLOv3 `[Losses: x nan, y nan, w nan, h nan, conf 0.755184, cls nan, total nan]`
     r"\bcross_entropy\s*[=:]\s*" + NUMBER,  # TensorFlow's official models `INFO:tensorflow:cross_entropy = 3.2162714, learning_rate = ...`
     r"\bloss_[A-Za-z]\w{0,15}\s*[=:]\s*"
     + NUMBER,  # a run logging only named parts: faceswap `loss_A: 0.06181, loss_B:`, a GAN's `loss_disc=3.598, loss_gen=` (the first)
@@ -101,6 +105,12 @@ LOSS_SCALE = [
     r"\|\s*loss_scale\s+" + NUMBER,  # fairseq's simple progress `| clip 0.000 | oom 0.000 | loss_scale 0.000 |`
     r"\b(?:setting|reducing) loss scale to:?\s*" + NUMBER,  # fairseq/apex overflow notes
     r"(?i)\bgrad[ _]scale(?: is small)?[=:]\s*" + NUMBER,  # torch GradScaler as icefall logs it: `grad_scale: 2.0`
+]
+# The scale's base-2 logarithm: OpenAI's fp16 trainers (guided-diffusion) `| lg_loss_scale | -1.62e+04 |`
+# and `Found NaN, decreased lg_loss_scale to -16203.354`.
+LG_LOSS_SCALE = [
+    r"^\|\s*lg_loss_scale\s*\|\s*" + NUMBER,
+    r"\bdecreased lg_loss_scale to\s*" + NUMBER,
 ]
 LEARNING_RATE = [
     r"\blearning rate:\s*" + NUMBER,  # Megatron `learning rate: 9.150E-06`
@@ -196,7 +206,7 @@ def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
             grad_norm=_float(_first(GRAD_NORM)),
             step_time_s=pl.coalesce(_durations(STEP_TIME), 1.0 / _float(pl.col("text").str.extract(ITERS_PER_SECOND))),
             data_time_s=_durations(DATA_TIME),
-            loss_scale=_float(_first(LOSS_SCALE)),
+            loss_scale=pl.coalesce(_float(_first(LOSS_SCALE)), pl.lit(2.0).pow(_float(_first(LG_LOSS_SCALE)))),
             lr=_float(_first(LEARNING_RATE)),
             tokens_per_s=_float(_first(TOKENS_PER_SECOND)),
             samples_per_s=_float(_first(SAMPLES_PER_SECOND)),

@@ -14,8 +14,11 @@ Notes:
       stopped short of the total it announced, and no stream ends on an error no finding
       explains (ERRING in its last PROGRESS_TAIL lines, not a metric line and not one logged
       as a warning: rank 0 stepping while rank 290 repeats `kernel execution error.` is no
-      healthy run), and no stream's losses did nothing but climb (CLIMBING: at least
-      CLIMB_POINTS losses, each above the one before, the last CLIMB_RISE times the first;
+      healthy run, nor a stream's last lines STALLING at any level: reads timing out, retries),
+      and no stream's losses did nothing but climb or ended climbing (CLIMBING: at least
+      CLIMB_POINTS losses, each above the one before, the last CLIMB_RISE times the first, or
+      the last CLIMB_POINTS each above the one before, to ENDING_HIGH times the lowest:
+      PP-YOLOE's 4.8, 4.7, 8.4, 21.5;
       Caffe's 38.8, 43.7, 47.7 on its way to a saturated softmax is a run coming apart, or
       at best a loss the tool cannot read, not proof of one going well). A pasted excerpt of a live, healthy run
       proves this much (one `step=2500` line attests 2500 steps turned); two steps from
@@ -45,10 +48,13 @@ PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
 PROGRESS_FIELDS = ("step", "loss")
 # A line that reports something going wrong, in words no pattern may know.
 ERRING = r"(?i)\berror\b|\bfail(?:ed|ure)\b|\bfatal\b|\bexception\b|\babort(?:ed|ing)?\b"
+# A line that reports the run stalling, logged at any level: a read that timed out, a retry.
+STALLING = r"(?i)\btimed out\b|\bretry(?:ing)?\b|\bconnection (?:reset|refused|aborted)\b"
 # Logged at warning level: TensorFlow's `2020-06-08 05:30:15.889706: W tensorflow/...`, glog's `W0608`.
 WARNING_LEVEL = r"\bWARN(?:ING)?\b|^\S+ \S+: W |^W\d{4} "
 CLIMB_POINTS = 3
 CLIMB_RISE = 1.2
+ENDING_HIGH = 2.0
 PROOFS = {"kind": pl.String, "file": pl.String, "line": pl.Int64, "rank": pl.Int32, "text": pl.String}
 STREAM = ["file", "rank"]
 
@@ -124,7 +130,8 @@ def abrupt_stops(
 
 
 def _climbing(metrics: pl.DataFrame) -> pl.DataFrame:
-    """The streams whose finite positive losses all rise, over CLIMB_POINTS or more, to CLIMB_RISE times the first."""
+    """The streams whose finite positive losses, CLIMB_POINTS or more, all rise to CLIMB_RISE times
+    the first, or whose last CLIMB_POINTS rise to ENDING_HIGH times the lowest."""
     losses = metrics.filter(pl.col("loss").is_finite() & (pl.col("loss") > 0)).sort("line")
     return (
         losses.group_by(STREAM)
@@ -132,8 +139,10 @@ def _climbing(metrics: pl.DataFrame) -> pl.DataFrame:
             points=pl.len(),
             rising=(pl.col("loss").diff().drop_nulls() > 0).all(),
             rise=pl.col("loss").last() / pl.col("loss").first(),
+            ending_high=(pl.col("loss").tail(CLIMB_POINTS).diff().drop_nulls() > 0).all()
+            & (pl.col("loss").last() >= ENDING_HIGH * pl.col("loss").min()),
         )
-        .filter((pl.col("points") >= CLIMB_POINTS) & pl.col("rising") & (pl.col("rise") >= CLIMB_RISE))
+        .filter((pl.col("points") >= CLIMB_POINTS) & (pl.col("rising") & (pl.col("rise") >= CLIMB_RISE) | pl.col("ending_high")))
     )
 
 
@@ -195,7 +204,7 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
     )
     ending_on_errors = (
         _tails(lines)
-        .filter(pl.col("text").str.contains(ERRING) & ~pl.col("text").str.contains(WARNING_LEVEL))
+        .filter(pl.col("text").str.contains(ERRING) & ~pl.col("text").str.contains(WARNING_LEVEL) | pl.col("text").str.contains(STALLING))
         .join(metrics.select("file", "line"), on=["file", "line"], how="anti")
         .join(findings.select("file", "line"), on=["file", "line"], how="anti")
     )
