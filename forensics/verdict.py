@@ -35,6 +35,7 @@ import polars as pl
 
 from forensics.catalog.load import Derived, Pattern
 from forensics.causal_chain import causal_chain
+from forensics.passes.slowdown import SLOWDOWN_PATTERNS
 from forensics.passes.traceback_context import UNCAUGHT
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
 
@@ -398,7 +399,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     )
     if anyone_died or traceback_ended or not ended.is_empty():
         return "crashed"
-    if category == Category.STRAGGLER or not failures.filter(pl.col("category") == Category.STRAGGLER).is_empty():
+    slowing = (pl.col("category") == Category.STRAGGLER) | pl.col("pattern").is_in(list(SLOWDOWN_PATTERNS))
+    if category == Category.STRAGGLER or not failures.filter(slowing).is_empty():
         return "slow"
     return "unknown"
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 
 from forensics.ingest.metrics import extract_metrics
 from forensics.passes.periodicity import step_times
-from forensics.passes.slowdown import job_slowdown, slower_before_the_window
+from forensics.passes.slowdown import data_bound_steps, job_slowdown, slower_before_the_window
 from tests.conftest import lines_frame
 
 
@@ -60,10 +61,49 @@ STEADY = [
 def test_running_means_far_above_the_steps_shown_say_earlier_steps_were_slow():
     found = slower_before_the_window(lines_frame(SLOW_BEFORE))
     row = found.row(0, named=True)
-    assert (row["pattern"], row["category"], row["severity"], row["rank"], row["line"]) == ("METRIC012", "STRAGGLER", "warning", None, 6)
+    # The data-loading mean (1.204 s) covers 60% of the extra 2 s: the stalls were waits for batches.
+    assert (row["pattern"], row["category"], row["severity"], row["rank"], row["line"]) == (
+        "METRIC012",
+        "DATA_PIPELINE",
+        "warning",
+        None,
+        6,
+    )
     captures = json.loads(row["captures"])
     assert (captures["mean_s"], captures["data_mean_s"]) == (2.771, 1.204)
     assert "averaged 2.771 s" in row["title"] and "data-loading mean reaches 1.204 s" in row["title"]
+
+
+def test_earlier_stalls_that_were_not_data_waits_are_a_straggler_finding():
+    fed = [re.sub(r"Data (\S+) \(\s*[\d.]+\)", r"Data \1 (0.021)", line) for line in SLOW_BEFORE]
+    assert slower_before_the_window(lines_frame(fed))["category"].to_list() == ["STRAGGLER"]
+
+
+# pytorch/pytorch#680 (real lines): AlexNet on ImageNet read from a hard disk; nearly every second
+# of each step is the batch being loaded.
+DATA_BOUND_LINES = [
+    "Epoch: [0][0/5005]\tTime 48.842 (48.842)\tData 45.054 (45.054)\tLoss 6.9073 (6.9073)\tPrec@1 0.000 (0.000)\tPrec@5 0.000 (0.000)",
+    "Epoch: [0][10/5005]\tTime 22.424 (7.498)\tData 22.372 (7.070)\tLoss 6.9065 (6.9074)\tPrec@1 0.000 (0.142)\tPrec@5 1.172 (0.533)",
+    "Epoch: [0][20/5005]\tTime 10.452 (5.893)\tData 10.404 (5.632)\tLoss 6.9075 (6.9076)\tPrec@1 0.391 (0.149)\tPrec@5 1.562 (0.446)",
+]
+
+
+def test_steps_that_are_mostly_data_loading_are_data_bound():
+    lines = lines_frame(DATA_BOUND_LINES)
+    found = data_bound_steps(extract_metrics(lines), lines)
+    assert found.select("pattern", "category", "severity", "line").rows() == [("METRIC014", "DATA_PIPELINE", "warning", 2)]
+    assert json.loads(found["captures"][0])["share"] > 0.99
+
+
+def test_a_fed_pipeline_or_a_first_step_alone_is_not_data_bound():
+    for texts in (STEADY, DATA_BOUND_LINES[:2]):  # the first step waits for the workers in any run
+        lines = lines_frame(texts)
+        assert data_bound_steps(extract_metrics(lines), lines).is_empty()
+
+
+def test_one_rank_waiting_for_data_among_fed_ranks_is_left_to_the_straggler_pass():
+    lines = pl.concat([lines_frame(DATA_BOUND_LINES, "rank_0.log", 0), lines_frame(STEADY, "rank_1.log", 1)])
+    assert data_bound_steps(extract_metrics(lines), lines).is_empty()
 
 
 def test_steady_running_means_or_too_few_lines_are_no_finding():

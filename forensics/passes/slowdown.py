@@ -19,6 +19,14 @@ Notes:
     (METRIC012, STRAGGLER, a warning). The finding cites the file's last such line and
     says how much of the extra time the running data-loading mean accounts for; like
     METRIC006 it names no rank (every rank of a synchronous job shows the same means).
+    When that data-loading mean covers at least DATA_BOUND of the extra time, the stalls
+    were waits for input batches and the finding is DATA_PIPELINE.
+    A job whose steps are mostly waits for data is slow however steady it runs: METRIC014
+    (DATA_PIPELINE, a warning) when every stream (file, rank) that logs data-loading times
+    spends at least DATA_BOUND of its step time on them, at the median over its metric rows
+    after the first (the first step waits for every worker to start in any run), over at
+    least MIN_DATA_ROWS. One finding per stream, citing its first row judged. Where only
+    some ranks wait for data, those ranks are stragglers (stragglers.py).
 """
 
 from __future__ import annotations
@@ -37,6 +45,10 @@ AVERAGE_METER_TIME = r"\bTime:?\s+(\d+\.?\d*)\s+\(\s*(\d+\.?\d*)\)"
 AVERAGE_METER_DATA = r"\bData:?\s+(\d+\.?\d*)\s+\(\s*(\d+\.?\d*)\)"
 SLOWER_BEFORE = 2.5  # the running mean over the current values' median
 MIN_METER_LINES = 5
+DATA_BOUND = 0.5  # the share of a step spent waiting for its batch
+MIN_DATA_ROWS = 2
+# Findings that say the job ran slow rather than failed, whatever their category.
+SLOWDOWN_PATTERNS = frozenset({"METRIC006", "METRIC012", "METRIC014"})
 
 
 def job_slowdown(times: pl.DataFrame, metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
@@ -120,12 +132,52 @@ def slower_before_the_window(lines: pl.DataFrame) -> pl.DataFrame:
             "text",
             pattern=pl.lit("METRIC012"),
             title=pl.lit(title),
-            category=pl.lit("STRAGGLER"),
+            category=pl.lit("DATA_PIPELINE" if waits and waits >= DATA_BOUND * excess else "STRAGGLER"),
             severity=pl.lit("warning"),
             role=pl.lit("symptom"),
             captures=pl.struct(
                 mean_s=pl.col("mean_s"), current_s=pl.col("current_s"), data_mean_s=pl.lit(waits, pl.Float64)
             ).struct.json_encode(),
         )
+    )
+    return conform(found, FINDINGS)
+
+
+def data_bound_steps(metrics: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """METRIC014 per stream whose steps are mostly data loading (see module notes)."""
+    timed = metrics.filter(pl.col("step_time_s") > 0, pl.col("data_time_s").is_not_null()).sort("file", "line")
+    judged = timed.filter(pl.int_range(pl.len()).over("file", pl.col("rank").fill_null(-1)) > 0)
+    bound = (
+        judged.group_by("file", pl.col("rank").fill_null(-1).alias("_stream"), maintain_order=True)
+        .agg(
+            rows=pl.len(),
+            share=(pl.col("data_time_s") / pl.col("step_time_s")).median(),
+            step_s=pl.col("step_time_s").median(),
+            data_s=pl.col("data_time_s").median(),
+            line=pl.col("line").first(),
+        )
+        .filter(pl.col("rows") >= MIN_DATA_ROWS, pl.col("share") >= DATA_BOUND)
+    )
+    if bound.is_empty() or bound.height < timed.select("file", pl.col("rank").fill_null(-1)).n_unique():
+        return empty(FINDINGS)  # some ranks are fed in time: a slow rank is the straggler pass's to name
+    cited = bound.join(lines.select("file", "line", "rank", "time", "text", "host"), on=["file", "line"], how="left")
+    found = cited.select(
+        "file",
+        "line",
+        "rank",
+        "time",
+        "text",
+        "host",
+        pattern=pl.lit("METRIC014"),
+        title=pl.format(
+            "Steps wait for data: loading takes {}% of each step (median {} s of {} s)",
+            (pl.col("share") * 100).round(0).cast(pl.Int64),
+            pl.col("data_s").round(3),
+            pl.col("step_s").round(3),
+        ),
+        category=pl.lit("DATA_PIPELINE"),
+        severity=pl.lit("warning"),
+        role=pl.lit("initiating"),
+        captures=pl.struct(share=pl.col("share").round(3), data_s="data_s", step_s="step_s", rows="rows").struct.json_encode(),
     )
     return conform(found, FINDINGS)

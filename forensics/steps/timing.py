@@ -7,7 +7,7 @@ from pathlib import Path
 from forensics.incident import Incident
 from forensics.passes.correlation import correlate, event_steps, explain_periodicity
 from forensics.passes.periodicity import find_periodicity, spike_periodogram, step_times
-from forensics.passes.slowdown import job_slowdown, slower_before_the_window
+from forensics.passes.slowdown import data_bound_steps, job_slowdown, slower_before_the_window
 from forensics.passes.stragglers import find_stragglers
 from forensics.report.metric_figures import periodicity_figure, step_time_heatmap, training_curves
 from forensics.report.rank_timeline import rank_timeline
@@ -26,7 +26,7 @@ def timing_pass(incident: Incident, progress: Progress) -> None:
 
 
 def straggler_pass(incident: Incident, progress: Progress) -> None:
-    """Ranks slower than their peers in their own logged step or data-loading times, and a job that slowed down as a whole."""
+    """Ranks slower than their peers in their own logged step or data-loading times, a job that slowed down as a whole, steps that mostly wait for data."""
     times = incident.tables.get("step_times")
     table, findings = find_stragglers(incident.metrics, times)
     incident.tables["stragglers"] = table
@@ -34,6 +34,7 @@ def straggler_pass(incident: Incident, progress: Progress) -> None:
     if times is not None:
         incident.add_findings(job_slowdown(times, incident.metrics, incident.lines))
     incident.add_findings(slower_before_the_window(incident.lines))
+    incident.add_findings(data_bound_steps(incident.metrics, incident.lines))
 
 
 def draw_metric_figures(incident: Incident, directory: Path) -> list[Path]:
