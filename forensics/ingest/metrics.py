@@ -72,6 +72,7 @@ LOSS = [
     r"\bcross_entropy\s*[=:]\s*" + NUMBER,  # TensorFlow's official models `INFO:tensorflow:cross_entropy = 3.2162714, learning_rate = ...`
     r"\bloss_[A-Za-z]\w{0,15}\s*[=:]\s*"
     + NUMBER,  # a run logging only named parts: faceswap `loss_A: 0.06181, loss_B:`, a GAN's `loss_disc=3.598, loss_gen=` (the first)
+    r"\btrain_\w{1,30}loss\w{0,20}\s*[=:]\s*([-+]?(?i:nan|inf))\b",  # a named part only when it is not finite: TensorFlowTTS `(Step: 95400) train_mel_loss_before = nan.` (its parts, one per line, are no one series)
     r"\bmodel_loss\s+" + NUMBER,  # Dreamer `image_loss 11650.7 / ... / model_loss inf`: after `loss 2.3` (never `avg_loss 2.3`)
 ]
 GRAD_NORM = [
