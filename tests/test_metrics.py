@@ -320,6 +320,15 @@ SAMPLES = [
         None,
         id="darknet-iteration",
     ),
+    pytest.param(  # UMDATrack#5 (PyTracking's ltr trainer): the total among named parts
+        "[train_mix: 3, 200 / 234] FPS: 17.8 (57.7)  ,  DataTime: 0.880 (0.023)  ,  ForwardTime: 2.686  ,  TotalTime: 3.590  ,  Loss/total: 0.77811  ,  Loss/giou: 0.17372  ,  Loss/l1: 0.01593",
+        None,
+        0.77811,
+        None,
+        None,
+        None,
+        id="ltr-loss-total",
+    ),
     pytest.param(  # eriklindernoren/PyTorch-YOLOv3#13: the print many YOLOv3 forks keep, every part named; `total` is the loss
         "[Epoch 0/30, Batch 323/1313] [Losses: x nan, y nan, w nan, h nan, conf 0.755184, cls nan, total nan]",
         None,

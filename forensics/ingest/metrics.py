@@ -68,6 +68,7 @@ LOSS = [
     r"^(?:>\s*)?\s*\d+: [-+]?[\w.]+, "
     + NUMBER
     + r" avg\b",  # darknet: the running average loss  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
+    r"\b[Ll]oss/(?:total|overall)\s*[=:]\s*" + NUMBER,  # PyTracking's ltr trainers `Loss/total: 0.81756  ,  Loss/giou: 0.18267`
     r"\bLosses: [^\]]*\btotal\s+" + NUMBER,  # PyTorch-YOLOv3 `[Losses: x nan, y nan, w nan, h nan, conf 0.755184, cls nan, total nan]`
     r"\bcross_entropy\s*[=:]\s*" + NUMBER,  # TensorFlow's official models `INFO:tensorflow:cross_entropy = 3.2162714, learning_rate = ...`
     r"\bloss_[A-Za-z]\w{0,15}\s*[=:]\s*"
