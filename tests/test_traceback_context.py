@@ -263,3 +263,26 @@ def test_exceptions_named_without_error_are_exception_lines_and_batch_fetching_f
     assert "in get_batch_on_this_tp_rank" in ran_out["captures"][0]
     full = classify_by_frames(_lines(tmp_path, PRODUCER_QUEUE_FULL), empty(FINDINGS))
     assert full.select("category", "line", "text").rows() == [("DATA_PIPELINE", 5, "queue.Full")]
+
+
+# ruanchaves/transformers-lightning#41 (real lines): a log pasted as a markdown quote; its workers
+# race to create the checkpoint folder in a ModelCheckpoint-style callback.
+QUOTED_CALLBACK_TRACEBACK = """\
+> Traceback (most recent call last):
+>   File "main.py", line 89, in <module>
+>     main(hparams)
+>   File "main.py", line 24, in main
+>     save_transformers_callback = callbacks.TransformersModelCheckpointCallback(hparams)
+>   File "/m100/home/userexternal/ouryupin/nlp/lib/python3.8/site-packages/transformers_lightning/callbacks/transformers_model_checkpoint.py", line 27, in __init__
+>     os.makedirs(self.destination)
+>   File "/cineca/prod/opt/compilers/python/3.8.2/none/lib/python3.8/os.py", line 223, in makedirs
+>     mkdir(name, mode)
+> FileExistsError: [Errno 17] File exists: '***************************'
+"""
+
+
+def test_a_traceback_pasted_as_a_quote_is_one_block_ending_on_its_exception(tmp_path):
+    lines = _lines(tmp_path, QUOTED_CALLBACK_TRACEBACK)
+    assert lines["block"].n_unique() == 1
+    found = classify_by_frames(lines, empty(FINDINGS))
+    assert found.select("pattern", "category", "line").rows() == [("CTX001", "CHECKPOINT_IO", 10)]

@@ -47,6 +47,7 @@ PREFIX = (
     r"|\[[A-Za-z_]*\d+\]:"  # torchrun --tee `[default0]:` (the payload follows at once)
     r"|\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "  # Ray actor
     r"|[\w.]+/\d+ "  # NeMo-Run / torchx role
+    r"|>+ ?"  # a log pasted as a markdown quote (a reply quoting it)
     r")*"
 )
 # A c10 `[rankN]:` prefix glued to the end of another process's unfinished line (a progress

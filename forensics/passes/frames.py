@@ -25,7 +25,7 @@ STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \
 # `save_weights` or `save_model` (Keras and tf.keras write weights there).
 CHECKPOINT_FRAMES = (
     r"torch/serialization\.py|torch/distributed/checkpoint/|dist_checkpointing/|safetensors"
-    r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/model_checkpoint\.py|checkpoint_engine/"
+    r"|hooks/checkpoint_hook\.py|trainer/checkpoint\.py|checkpoint_connector\.py|callbacks/\w*model_checkpoint\.py|checkpoint_engine/"
     r"|checkpoint_(?:storage|manager|io)\.py"
     r"|\b_{0,2}(?:save|load|download|restore)_(?:zero_)?checkpoint\b|in _save\b"
     r"|tensorflow/python/training/saver\.py|tensorflow/python/checkpoint/|\b(?:save|write|load|read|restore)_ckpt\b|, in save(?:_weights|_model)?\s*$"

@@ -25,10 +25,11 @@ import polars as pl
 from forensics.passes.frames import CHECKPOINT_FRAMES, DATALOADER_FRAMES, FRAME, THREAD_HEADER
 from forensics.schema import FINDINGS, conform, empty
 
-# `ValueError: ...`, `torch.OutOfMemoryError: ...`, and the exceptions whose names say neither:
+# `ValueError: ...`, `torch.OutOfMemoryError: ...` (after a launcher's prefix, or a markdown quote's
+# `> `), and the exceptions whose names say neither:
 # a data iterator that ran out (`StopIteration`), a full queue (`queue.Full`), an interrupt.
 EXCEPTION_LINE = (
-    r"(?:^|\]:?\s?|: )(?:(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)"
+    r"(?:^(?:>+ ?)?|\]:?\s?|: )(?:(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)"
     r"|StopIteration|KeyboardInterrupt|SystemExit|(?:_?queue\.)?(?:Full|Empty))(?::\s|\s*$)"
 )
 
