@@ -329,6 +329,15 @@ SAMPLES = [
         None,
         id="ltr-loss-total",
     ),
+    pytest.param(  # dbolya/yolact#53, quoted in a reply: epoch, iteration, the loss parts, then their total T
+        "> [  0]     240 || B: 4.553 | C: 6.594 | M: 5.163 | S: 1.210 | T: 17.519 || ETA: 6 days, 20:00:21 || timer: 0.648",
+        240,
+        17.519,
+        None,
+        None,
+        None,
+        id="yolact-total",
+    ),
     pytest.param(  # eriklindernoren/PyTorch-YOLOv3#13: the print many YOLOv3 forks keep, every part named; `total` is the loss
         "[Epoch 0/30, Batch 323/1313] [Losses: x nan, y nan, w nan, h nan, conf 0.755184, cls nan, total nan]",
         None,

@@ -46,6 +46,7 @@ STEP = [
     r"solver\.cpp:\d+\] Iteration (\d+)\b",
     r"^(?:>\s*)?\s*(\d+): [-+]?[\w.]+, [-+]?[\w.]+ avg\b",  # darknet `28: -nan, -nan avg loss, 0.000000 rate, ...`  # Caffe `solver.cpp:218] Iteration 23500 (1.00034 iter/s, ...), loss = 38.7695`
     r"^\|\s*step\s*\|\s*(\d+(?:\.\d+)?(?:e\+\d+)?)\s*\|",  # OpenAI's logger table (baselines, guided-diffusion) `| step          | 1.53e+05  |`
+    r"^(?:>\s*)?\[\s*\d+\]\s+(\d+) \|\| B: ",  # YOLACT `[  0]    7860 || B: 4.553 | C: 6.594 | ... | T: 17.519 || ETA: ...` (epoch, iteration)
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
@@ -68,6 +69,7 @@ LOSS = [
     r"^(?:>\s*)?\s*\d+: [-+]?[\w.]+, "
     + NUMBER
     + r" avg\b",  # darknet: the running average loss  # MindSpore's LossMonitor `epoch: 1 step: 35, loss is 514.43310546875`
+    r"\| T: " + NUMBER + r" \|\|",  # YOLACT's total after its parts `B: 4.553 | C: 6.594 | M: 5.163 | S: 1.210 | T: 17.519 ||`
     r"\b[Ll]oss/(?:total|overall)\s*[=:]\s*" + NUMBER,  # PyTracking's ltr trainers `Loss/total: 0.81756  ,  Loss/giou: 0.18267`
     r"\bLosses: [^\]]*\btotal\s+" + NUMBER,  # PyTorch-YOLOv3 `[Losses: x nan, y nan, w nan, h nan, conf 0.755184, cls nan, total nan]`
     r"\bcross_entropy\s*[=:]\s*" + NUMBER,  # TensorFlow's official models `INFO:tensorflow:cross_entropy = 3.2162714, learning_rate = ...`
@@ -150,7 +152,7 @@ MEMORY_RESERVED = [
 SECONDS_PER = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 # Training frameworks print bytes / 1024**3 as "GB" (DeepSpeed, Megatron, torch's own summaries): binary units.
 GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024}
-CANDIDATE = r"(?i)iter|step|tick|loss|cross_entropy|scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch|^\s*\d+/\d+\s+\d+(?:\.\d+)?G\s"
+CANDIDATE = r"(?i)iter|step|tick|loss|cross_entropy|\| T: |scale|/it|it/s|/s|per[ _]sec|tflop|mfu|mem|epoch|^\s*\d+/\d+\s+\d+(?:\.\d+)?G\s"
 
 
 def _first(patterns: list[str]) -> pl.Expr:
