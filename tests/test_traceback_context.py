@@ -286,3 +286,21 @@ def test_a_traceback_pasted_as_a_quote_is_one_block_ending_on_its_exception(tmp_
     assert lines["block"].n_unique() == 1
     found = classify_by_frames(lines, empty(FINDINGS))
     assert found.select("pattern", "category", "line").rows() == [("CTX001", "CHECKPOINT_IO", 10)]
+
+
+# ray-project/ray#43803 (real lines): a Ray Data read task failed on S3 and ended the training run;
+# the paste stops inside Ray Data's operators.
+RAY_DATA_READ_FAILED = """\
+Traceback (most recent call last):
+ray.exceptions.RayTaskError(OSError): ray::ReadImage->Map(wnid_to_index)() (pid=257328, ip=10.0.34.58)
+    for b_out in map_transformer.apply_transform(iter(blocks), ctx):
+  File "/home/ubuntu/miniconda3/envs/ray-gpu/lib/python3.10/site-packages/ray/data/_internal/execution/operators/map_transformer.py", line 392, in __call__
+    for data in iter:
+  File "/home/ubuntu/miniconda3/envs/ray-gpu/lib/python3.10/site-packages/ray/data/_internal/execution/operators/map_transformer.py", line 134, in _udf_timed_iter
+    output = next(input)
+"""
+
+
+def test_an_exception_raised_inside_ray_data_is_the_data_pipeline(tmp_path):
+    found = classify_by_frames(_lines(tmp_path, RAY_DATA_READ_FAILED), empty(FINDINGS))
+    assert found.select("pattern", "category").rows() == [("CTX002", "DATA_PIPELINE")]
