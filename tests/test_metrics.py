@@ -329,6 +329,15 @@ SAMPLES = [
         None,
         id="ltr-loss-total",
     ),
+    pytest.param(  # pytorch/pytorch#107294: nanoGPT on MPS printing its loss tensor
+        "loss:  tensor(nan, device='mps:0', grad_fn=<NllLossBackward0>)",
+        None,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="printed-loss-tensor",
+    ),
     pytest.param(  # dbolya/yolact#53, quoted in a reply: epoch, iteration, the loss parts, then their total T
         "> [  0]     240 || B: 4.553 | C: 6.594 | M: 5.163 | S: 1.210 | T: 17.519 || ETA: 6 days, 20:00:21 || timer: 0.648",
         240,

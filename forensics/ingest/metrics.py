@@ -57,7 +57,9 @@ LOSS = [
     r"'loss': '?" + NUMBER,
     r'"train_(?:\w+_)?loss": ' + NUMBER,  # MAE/DeiT/DINO log.txt `"train_loss": 0.72` (JSON's NaN too)
     r'[{,]\s*"loss": "?' + NUMBER,  # fairseq's --log-format json `{"epoch": 27, "loss": "3.092", ...}`; never "valid_loss"
-    r"(?i)\bloss\s*[=:]\s*" + NUMBER,  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`, a padded `LOSS     :  24.5`
+    r"(?i)\bloss\s*[=:]\s*" + NUMBER,
+    r"(?i)\bloss\s*[=:]?\s*tensor\(\s*"
+    + NUMBER,  # a printed scalar tensor `loss:  tensor(nan, device='mps:0', grad_fn=<NllLossBackward0>)`  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`, a padded `LOSS     :  24.5`
     r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
