@@ -358,8 +358,9 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
     code, a kill or an abort of its own, or an error with a cause (network, setup, kill, storage,
-    data, or a CUDA or memory one logged at error level) stands with no hang after it, or an uncaught traceback (cut off before its exception line or not)
-    ends a process while nothing shows a hang; hung: collectives timed out or a hang was
+    data, or a CUDA or memory one logged at error level; the failure itself or its symptom, such as
+    NCCL's `-> 2` chain) stands with no hang after it, or an uncaught traceback (cut off before its
+    exception line or not) ends a process while nothing shows a hang; hung: collectives timed out or a hang was
     localized while the culprit went quiet, even if the watchdog then aborted everyone, or
     a stack dump shows processes waiting;
     diverged: numerics went bad while the processes kept running; slow: nothing died
@@ -395,7 +396,9 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     if hang_evidence:
         return "hung"
     ended = failures.filter(
-        pl.col("role") == "initiating", pl.col("severity").is_in(["critical", "error"]), pl.col("category").is_in(FATAL_UNLESS_HUNG)
+        pl.col("role").is_in(["initiating", "symptom"]),
+        pl.col("severity").is_in(["critical", "error"]),
+        pl.col("category").is_in(FATAL_UNLESS_HUNG),
     )
     if anyone_died or traceback_ended or not ended.is_empty():
         return "crashed"

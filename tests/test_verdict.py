@@ -516,8 +516,28 @@ def test_horovod_s_wording_of_nccl_s_system_error_is_a_network_failure(tmp_path,
         ),
         # PaddleDetection#3531: an IDE's run window reports the kill.
         (["Process finished with exit code 137 (interrupted by signal 9: SIGKILL)"], "PROCESS_KILLED", "crashed"),
+        # NVIDIA/nccl#914: only NCCL's error chain survived, a system error returned up through the proxy.
+        (
+            [
+                "host:22337:22453 [6] NCCL INFO misc/socket.cc:387 -> 2",
+                "host:22337:22453 [6] NCCL INFO transport/net_ib.cc:605 -> 2",
+                "host:22337:22453 [6] NCCL INFO include/net.h:26 -> 2",
+                "host:22337:22453 [6] NCCL INFO transport/net.cc:515 -> 2",
+                "host:22337:22453 [6] NCCL INFO proxy.cc:968 -> 2",
+            ],
+            "NETWORK",
+            "crashed",
+        ),
     ],
-    ids=["agent death signal", "IB error alone", "IB error then a timeout", "checkpoint write error", "NCCL CUDA failure", "IDE exit 137"],
+    ids=[
+        "agent death signal",
+        "IB error alone",
+        "IB error then a timeout",
+        "checkpoint write error",
+        "NCCL CUDA failure",
+        "IDE exit 137",
+        "NCCL error chain",
+    ],
 )
 def test_an_error_with_a_cause_ends_the_job_unless_the_ranks_then_hung(tmp_path, lines, category, state):
     from forensics.flow import analyze
