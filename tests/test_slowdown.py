@@ -109,3 +109,11 @@ def test_one_rank_waiting_for_data_among_fed_ranks_is_left_to_the_straggler_pass
 def test_steady_running_means_or_too_few_lines_are_no_finding():
     assert slower_before_the_window(lines_frame(STEADY)).is_empty()
     assert slower_before_the_window(lines_frame(SLOW_BEFORE[:4])).is_empty()
+
+
+def test_a_data_bound_run_is_a_slow_data_pipeline_not_a_healthy_one(tmp_path):
+    from forensics.flow import analyze
+
+    (tmp_path / "train.log").write_text("\n".join(DATA_BOUND_LINES) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == ("DATA_PIPELINE", "slow")
