@@ -573,6 +573,12 @@ def test_openai_logger_rows_and_base_2_loss_scales(text):
     assert extract_metrics(lines_frame([text])).row(0, named=True)[column] == pytest.approx(value)
 
 
+def test_a_base_2_scale_too_large_for_a_float_is_no_scale():
+    # A mangled or hostile table value must not become an infinite scale that every real one sits below.
+    rows = extract_metrics(lines_frame(["| lg_loss_scale | 1e+05    |", "| step          | 1.09e+04 |"]))
+    assert rows["loss_scale"].is_null().all()
+
+
 def test_other_keys_of_the_table_are_no_loss():
     assert extract_metrics(lines_frame(["| mse_q0        | 0.342    |", "| vb            | 0.193    |"])).is_empty()
 

@@ -199,6 +199,12 @@ def _mfu_percent() -> pl.Expr:
 MEASURES = ("step", "loss", "loss_scale", "lr", "tokens_per_s", "samples_per_s", "tflops", "mfu_pct", "memory_allocated_gib")
 
 
+def _base_2_scale() -> pl.Expr:
+    """2 ** the logged base-2 loss scale; null where that overflows (no trainer logs a scale past 2**1023)."""
+    scale = pl.lit(2.0).pow(_float(_first(LG_LOSS_SCALE)))
+    return pl.when(scale.is_finite()).then(scale)
+
+
 def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
     """METRICS rows for every line that carries a step, a loss, a loss scale, a learning rate,
     a throughput or an allocated-memory figure."""
@@ -212,7 +218,7 @@ def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
             grad_norm=_float(_first(GRAD_NORM)),
             step_time_s=pl.coalesce(_durations(STEP_TIME), 1.0 / _float(pl.col("text").str.extract(ITERS_PER_SECOND))),
             data_time_s=_durations(DATA_TIME),
-            loss_scale=pl.coalesce(_float(_first(LOSS_SCALE)), pl.lit(2.0).pow(_float(_first(LG_LOSS_SCALE)))),
+            loss_scale=pl.coalesce(_float(_first(LOSS_SCALE)), _base_2_scale()),
             lr=_float(_first(LEARNING_RATE)),
             tokens_per_s=_float(_first(TOKENS_PER_SECOND)),
             samples_per_s=_float(_first(SAMPLES_PER_SECOND)),
