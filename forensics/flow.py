@@ -24,6 +24,7 @@ from forensics.ingest.condense import WORDS_ONLY, Keep
 from forensics.ingest.metrics import extract_metrics
 from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.cross_rank import rank_table, world_size
+from forensics.passes.gpu_identity import with_gpu_serials
 from forensics.passes.templates import unmatched_error_templates
 from forensics.passes.verbatim import quote_lines
 from forensics.passes.work_lost import work_lost
@@ -109,7 +110,9 @@ def analyze_incident(incident: Incident, catalog: Catalog | None = None, progres
     for step in sources.PASSES:
         run_isolated(step, incident, progress)
     with timed(incident, "ranks and templates"):
-        incident.findings = quote_lines(deduplicate(incident.findings), incident.lines)
+        incident.findings = with_gpu_serials(
+            quote_lines(deduplicate(incident.findings), incident.lines), incident.tables.get("gpu_samples")
+        )
         world = world_size(incident.lines, incident.findings)
         incident.ranks = rank_table(
             incident.lines, incident.findings, incident.metrics, world, incident.tables.get("rank_hosts"), incident.tables.get("health")

@@ -189,6 +189,7 @@ FINDINGS = frame(
     ("text", pl.String, "the cited line, verbatim (ANSI stripped)"),
     ("gpu", pl.Int32, "GPU index on its host, when known"),
     ("pci_bus_id", pl.String, "normalized 00000000:BB:DD.F, when known"),
+    ("gpu_serial", pl.String, "the GPU board's serial number, from an nvidia-smi dump naming that bus id"),
     ("captures", pl.String, "JSON object: the pattern's named captures, or the pass's details"),
 )
 

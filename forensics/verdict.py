@@ -149,7 +149,7 @@ def _culprits(group: pl.DataFrame) -> pl.DataFrame:
 def _gpus(rows: pl.DataFrame) -> list[dict[str, Any]]:
     gpus = (
         rows.filter(pl.col("gpu").is_not_null() | pl.col("pci_bus_id").is_not_null())
-        .select("host", "gpu", "pci_bus_id")
+        .select("host", "gpu", "pci_bus_id", serial="gpu_serial")
         .unique(maintain_order=True)
     )
     return [dict(r) for r in gpus.iter_rows(named=True)]

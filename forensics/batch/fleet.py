@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from forensics.batch.fleet_figures import FIGURE, draw_failures_by_month, monthly_failures
-from forensics.batch.lemons import MAX_CHANCE, gpu_blame, host_blame
+from forensics.batch.lemons import MAX_CHANCE, gpu_blame, host_blame, serial_blame
 from forensics.batch.run import INDEX_COLUMNS
 from forensics.batch.time_patterns import MIN_DATED, WINDOW_HOURS, failure_intervals, failures, hour_of_day_cluster
 from forensics.passes.templates import error_template
@@ -38,6 +38,7 @@ INDEX_SCHEMA = {
     "culprit_ranks": pl.List(pl.Int64),
     "culprit_hosts": pl.List(pl.String),
     "culprit_gpus": pl.List(pl.String),
+    "culprit_gpu_serials": pl.List(pl.String),
     "hosts": pl.List(pl.String),
     "signature": pl.String,
     "world_size": pl.Int64,
@@ -210,6 +211,17 @@ def _lemons(index: pl.DataFrame) -> list[str]:
     if not gpus.is_empty():
         rows = [(cell(g), str(n), cell(", ".join(i[:5]))) for g, n, i in gpus.iter_rows()]
         out += ["## GPUs that keep failing", "", table(["GPU (host:bus id)", "blamed", "incidents (first 5)"], rows), ""]
+    serials = serial_blame(index)
+    if not serials.is_empty():
+        rows = [(cell(s), str(n), cell(", ".join(w)), cell(", ".join(i[:5]))) for s, n, w, i in serials.iter_rows()]
+        out += [
+            "## GPU boards that keep failing",
+            "",
+            "By board serial number, from the incidents' nvidia-smi dumps: a board moved to another host or slot keeps it.",
+            "",
+            table(["serial", "blamed", "seen at (host:bus id)", "incidents (first 5)"], rows),
+            "",
+        ]
     return out
 
 

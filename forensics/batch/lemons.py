@@ -1,7 +1,8 @@
 """Hosts and GPUs blamed more often than chance: the lemons of a fleet.
 
 Input is the batch index: per incident `hosts` (every host its logs name), `culprit_hosts`
-and `culprit_gpus` (`host:bus id`). Only failures count (NO_FAILURE is not one).
+`culprit_gpus` (`host:bus id`) and `culprit_gpu_serials`. Only failures count (NO_FAILURE is
+not one).
 
 Notes:
     A host that runs many jobs is blamed in some of them by chance. Per host, `seen` is the
@@ -63,4 +64,23 @@ def gpu_blame(index: pl.DataFrame) -> pl.DataFrame:
         .agg(blamed=pl.len(), ids=pl.col("id").sort())
         .filter(pl.col("blamed") >= MIN_BLAMED)
         .sort(["blamed", "gpu"], descending=[True, False])
+    )
+
+
+def serial_blame(index: pl.DataFrame) -> pl.DataFrame:
+    """GPU boards (serial numbers) blamed in at least MIN_BLAMED failures: serial, blamed, the
+    `host:bus id` places they were blamed at, ids. Incidents whose dumps name no serial are not here."""
+    if "culprit_gpu_serials" not in index.columns:
+        return pl.DataFrame(schema={"serial": pl.String, "blamed": pl.UInt32, "places": pl.List(pl.String), "ids": pl.List(pl.String)})
+    failed = failures(index).filter(pl.col("culprit_gpus").list.len() == pl.col("culprit_gpu_serials").list.len())
+    blamed = failed.select("id", place="culprit_gpus", serial="culprit_gpu_serials").explode(["place", "serial"]).drop_nulls("serial")
+    return (
+        blamed.group_by("serial")
+        .agg(
+            blamed=pl.col("id").n_unique(),
+            places=pl.col("place").unique().sort(),
+            ids=pl.col("id").unique().sort(),
+        )
+        .filter(pl.col("blamed") >= MIN_BLAMED)
+        .sort(["blamed", "serial"], descending=[True, False])
     )

@@ -50,6 +50,7 @@ INDEX_COLUMNS = (
     "culprit_ranks",
     "culprit_hosts",
     "culprit_gpus",
+    "culprit_gpu_serials",
     "hosts",
     "signature",
     "world_size",
@@ -173,6 +174,7 @@ def run_job(job: Job) -> dict[str, Any]:
         culprit_ranks=verdict["culprit_ranks"],
         culprit_hosts=verdict["culprit_hosts"],
         culprit_gpus=[_gpu_key(gpu) for gpu in verdict["culprit_gpus"]],
+        culprit_gpu_serials=[gpu.get("serial") for gpu in verdict["culprit_gpus"]],  # one per culprit GPU, null where unknown
         hosts=incident["hosts"],
         signature=leading[0]["pattern"] if leading else None,
         world_size=incident["world_size"],

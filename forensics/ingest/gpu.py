@@ -28,6 +28,7 @@ GPU_SAMPLES: dict[str, pl.DataType] = {
     "gpu": pl.Int32,  # nvidia-smi index on its host
     "pci_bus_id": pl.String,  # normalized 00000000:BB:DD.F
     "uuid": pl.String,
+    "serial": pl.String,  # the board's serial number (null where nvidia-smi prints N/A or zeros)
     "name": pl.String,
     "time": TIME,  # null where the mode prints none (dmon without -o T)
     "source": pl.String,  # InputKind of the file
@@ -159,6 +160,12 @@ def _null_tokens(expr: pl.Expr) -> pl.Expr:
     return pl.when(value.is_in(NULL_TOKENS)).then(None).otherwise(value)
 
 
+def _serial(expr: pl.Expr) -> pl.Expr:
+    """A board serial number; null for N/A and for the all-zero one virtual GPUs report."""
+    value = _null_tokens(expr)
+    return pl.when(value.str.contains(r"^0*$")).then(None).otherwise(value)
+
+
 def _number(expr: pl.Expr) -> pl.Expr:
     """Leading number of a value with or without unit (`629.45 W`, `100 %`, `[N/A]`)."""
     return _null_tokens(expr).str.extract(NUMBER).cast(pl.Float64, strict=False)
@@ -234,6 +241,7 @@ def _q_fields() -> dict[str, str]:
     fields = {
         "product name": "name",
         "gpu uuid": "uuid",
+        "serial number": "serial",
         "temperature/gpu current temp": "temperature_c",
         "temperature/gpu slowdown temp": "slowdown_temp",
         "temperature/gpu t.limit temp": "tlimit_headroom",
@@ -371,6 +379,7 @@ def _xml_fields() -> dict[str, str]:
     fields = {
         "product_name": "name",
         "uuid": "uuid",
+        "serial": "serial",
         "temperature/gpu_temp": "temperature_c",
         "temperature/gpu_temp_slow_threshold": "slowdown_temp",
         "temperature/gpu_temp_tlimit": "tlimit_headroom",
@@ -477,6 +486,7 @@ def _q_samples(wide: pl.DataFrame, file: str, host: str | None, source: InputKin
         host=pl.lit(host, dtype=pl.String),
         pci_bus_id=pci_bus_id(pl.col("bus")),
         uuid=_null_tokens(_col(wide, "uuid")),
+        serial=_serial(_col(wide, "serial")),
         name=_null_tokens(_col(wide, "name")),
         time=line_time(pl.col("stamp").fill_null(""), 1970),
         source=pl.lit(source.value),
@@ -528,6 +538,7 @@ KNOWN_CSV_FIELDS = {
     "pci.bus_id",
     "gpu_bus_id",
     "uuid",
+    "serial",
     "temperature.gpu",
     "power.draw",
     "utilization.gpu",
@@ -630,6 +641,7 @@ def _csv_samples(df: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
         gpu=_count(_col(df, "index")).cast(pl.Int32),
         pci_bus_id=pci_bus_id(_null_tokens(_col(df, "pci.bus_id"))),
         uuid=_null_tokens(_col(df, "uuid")),
+        serial=_serial(_col(df, "serial")),
         name=_null_tokens(_col(df, "name")),
         time=line_time(_col(df, "timestamp").fill_null(""), 1970),
         source=pl.lit(InputKind.NVIDIA_SMI_CSV.value),
