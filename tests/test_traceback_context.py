@@ -304,3 +304,26 @@ ray.exceptions.RayTaskError(OSError): ray::ReadImage->Map(wnid_to_index)() (pid=
 def test_an_exception_raised_inside_ray_data_is_the_data_pipeline(tmp_path):
     found = classify_by_frames(_lines(tmp_path, RAY_DATA_READ_FAILED), empty(FINDINGS))
     assert found.select("pattern", "category").rows() == [("CTX002", "DATA_PIPELINE")]
+
+
+# Lightning-AI/pytorch-lightning#19045 (real lines): ranks disagreed in ModelCheckpoint, so the
+# checkpoint callback's barrier never completed; the paste stops inside the barrier.
+BARRIER_IN_CHECKPOINT_CALLBACK = """\
+  File "/opt/conda/envs/moleculearn2/lib/python3.8/site-packages/lightning/pytorch/callbacks/model_checkpoint.py", line 377, in _save_checkpoint
+    self._last_global_step_saved = trainer.global_step
+  File "/opt/conda/envs/moleculearn2/lib/python3.8/site-packages/lightning/pytorch/trainer/trainer.py", line 1384, in save_checkpoint
+    self.strategy.barrier("Trainer.save_checkpoint")
+  File "/opt/conda/envs/moleculearn2/lib/python3.8/site-packages/lightning/pytorch/strategies/ddp.py", line 290, in barrier
+    torch.distributed.barrier(device_ids=self.determine_ddp_device_ids())
+  File "/opt/conda/envs/moleculearn2/lib/python3.8/site-packages/torch/distributed/c10d_logger.py", line 47, in wrapper
+    return func(*args, **kwargs)
+  File "/opt/conda/envs/moleculearn2/lib/python3.8/site-packages/torch/distributed/distributed_c10d.py", line 3696, in barrier
+"""
+
+
+def test_the_innermost_subsystem_on_the_stack_decides_a_barrier_called_by_checkpoint_code_is_a_collective(tmp_path):
+    found = classify_by_frames(_lines(tmp_path, BARRIER_IN_CHECKPOINT_CALLBACK), empty(FINDINGS))
+    assert found.select("pattern", "category", "role").rows() == [("CTX006", "COLLECTIVE_TIMEOUT", "cascade")]
+    # The same checkpoint frames with no collective under them stay checkpoint I/O.
+    outer = "\n".join(BARRIER_IN_CHECKPOINT_CALLBACK.splitlines()[:4]) + "\n"
+    assert classify_by_frames(_lines(tmp_path, outer), empty(FINDINGS))["category"].to_list() == ["CHECKPOINT_IO"]

@@ -8,7 +8,8 @@ Notes:
     Input/output error`); one raised inside DataLoader machinery is a data-pipeline
     failure; one raised inside a collective call (`EOFError` out of
     `broadcast_object_list` when the broadcast was aborted) is a cascade of that
-    collective's failure, never its cause. The finding cites the exception line and names the frame that decided it.
+    collective's failure, never its cause. Where frames of several of these subsystems are on
+    the stack, the innermost decides. The finding cites the exception line and names the frame that decided it.
     Exceptions already explained by a catalog pattern, or that a pattern calls a
     consequence (RendezvousClosedError, Horovod's shutdown), are left alone, unless that
     pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
@@ -137,7 +138,7 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
     endings = _endings(scoped)
     frames = scoped.filter(pl.col("text").str.contains(FRAME))
     hits = []
-    for pattern, category, title, where, overrides, saying in CONTEXTS:
+    for order, (pattern, category, title, where, overrides, saying) in enumerate(CONTEXTS):
         # A line explained by a specific pattern stays explained; a generic one (an errno
         # that could come from anywhere) yields to the frames that say where it came from.
         # A line a pattern calls a consequence (cascade, teardown) is never made a cause.
@@ -164,9 +165,13 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
             severity=pl.lit("error"),
             role=pl.lit("cascade" if pattern in CONSEQUENCES else "initiating"),
             captures=pl.struct("frame", "frame_line", "cut").struct.json_encode(),
+            order=pl.lit(order),
         )
         hits.append(found)
-    result = pl.concat(hits).collect().unique(["file", "line"], keep="first", maintain_order=True)
+    # Where several subsystems' frames are on the stack, the innermost raised it: a barrier
+    # that a checkpoint callback called failed in the collective, not in the checkpoint.
+    deepest_first = pl.concat(hits).sort(["frame_line", "order"], descending=[True, False])
+    result = deepest_first.collect().unique(["file", "line"], keep="first", maintain_order=True).sort("file", "line")
     return conform(result, FINDINGS)
 
 
