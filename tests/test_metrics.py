@@ -673,3 +673,31 @@ def test_throughput_alone_is_not_training_progress():
 )
 def test_an_ultralytics_epoch_row_is_a_step(text, epoch):
     assert extract_metrics(lines_frame([text]))["step"].to_list() == [epoch]
+
+
+def test_a_timing_breakdown_s_loss_phase_is_a_duration_and_its_batch_a_step():
+    # ecmwf/WeatherGenerator#668 (real lines): per-phase times of each batch, one line per rank.
+    rows = extract_metrics(
+        lines_frame(
+            [
+                "0: [Epoch 0, Batch 6] Data: 2.6ms | BS_TO_DEVICE: 19.9ms | Forward: 237.0ms | Loss: 71.2ms | Backward: 532.1ms | Clipping: 3.2ms | Optimizer: 432.7ms | Scheduler: 0.0ms | Rest: 3.8ms | Total: 1302.5ms | ",
+                "2: [Epoch 0, Batch 7] Data: 2.7ms | BS_TO_DEVICE: 18.0ms | Forward: 245.5ms | Loss: 71.7ms | Backward: 529.8ms | Clipping: 2.1ms | Optimizer: 467.5ms | Scheduler: 0.0ms | Rest: 5.5ms | Total: 1342.8ms | ",
+                "loss: 2.31",
+            ]
+        )
+    )
+    assert rows["step"].to_list() == [6, 7, None]
+    assert rows["loss"].to_list() == [None, None, 2.31]
+
+
+def test_a_capitalised_iter_counter_is_a_step():
+    # harvardnlp/data2text#9 (real lines): the Lua seq2seq trainer's progress, the counter restarting each epoch.
+    rows = extract_metrics(
+        lines_frame(
+            [
+                "Epoch 1 ; Iter 50/213 ; LR 1.0000 ; Target tokens/s 1265 ; PPL 8226.52 ;",
+                "Epoch 2 ; Iter 200/213 ; LR 1.0000 ; Target tokens/s 1322 ; PPL 118.44 ;",
+            ]
+        )
+    )
+    assert rows["step"].to_list() == [50, 200]

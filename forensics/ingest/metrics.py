@@ -34,12 +34,12 @@ STEP = [
     r"\biteration:?\s+(\d+)\s*/",  # Megatron, NeMo 2 `iteration 10/`, nanotron `iteration: 327284 / 378950`
     r"\bglobal_step[=:]\s*(\d+(?:\.\d+)?(?:e\+\d+)?)",  # Lightning / NeMo bar (may be 3.2e+4)
     r"(?i)\bstep(?: ?[=:]\s*|\s+)(\d+)\b",  # torchtitan `step: 22`, DeepSpeed `step=10`, `Step 120, Loss:`, TF `step = 991`
-    r"\biter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`
+    r"\b[Ii]ter(?::\s*|\s+)(\d+)\b",  # nanoGPT `iter 1639: loss 3.9185`, detectron2 `iter: 759  total_loss: 1.070`, seq2seq-attn `Epoch 1 ; Iter 50/213 ;`
     r"'step': '?(\d+)",  # HF dict with a step callback
     r'"global_step/max_steps": "(\d+)/\d+"',  # ms-swift's JSON lines
     r'^\{"train_.*"epoch": (\d+)\}\s*$',  # MAE/DeiT/DINO log.txt, one JSON line per epoch
     r'^\{"epoch": (\d+), "loss": ',  # fairseq's json train line, one per epoch
-    r"\bEpoch \d+, batch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]` (the counter restarts each epoch)
+    r"\bEpoch \d+, [Bb]atch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]`, a timing breakdown `[Epoch 0, Batch 6] Data: 2.6ms |` (the counter restarts each epoch)
     r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
     r"(?:\bEpoch\[\d+\] )?\bBatch \[(\d+)\]\s+Speed: ",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (R: no epoch; restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
@@ -105,6 +105,9 @@ DATA_TIME = [
     r"(?i)\bdata(?:[ _-]?(?:loading|load))?[ _]time[=:]?\s*" + VALUE + r"\s*" + UNIT,
     r"\bData:?\s+" + VALUE + r"\s+\(\s*\d",  # AverageMeter `Data 0.006 (1.204)`
 ]
+# A per-phase timing breakdown names the loss computation's time, not its value: `| Loss: 71.2ms |`.
+LOSS_AS_DURATION = r"(?i)\bloss\s*[=:]\s*\d[\d.]*\s*(?:ms|us|µs|s|sec)\b"
+
 LOSS_SCALE = [
     r"\bAttempted loss scale: [\d.]+, reducing to\s*" + NUMBER,  # DeepSpeed overflow: the new scale
     r"\bloss[ _]scale[=:]\s*" + NUMBER,  # Megatron `loss scale: 1.0`, fairseq `loss_scale=0.25`
@@ -214,7 +217,7 @@ def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
     metrics = (
         candidates.with_columns(
             step=_float(_first(STEP)).cast(pl.Int64, strict=False),
-            loss=_float(_first(LOSS)),
+            loss=pl.when(pl.col("text").str.contains(LOSS_AS_DURATION)).then(None).otherwise(_float(_first(LOSS))),
             grad_norm=_float(_first(GRAD_NORM)),
             step_time_s=pl.coalesce(_durations(STEP_TIME), 1.0 / _float(pl.col("text").str.extract(ITERS_PER_SECOND))),
             data_time_s=_durations(DATA_TIME),
