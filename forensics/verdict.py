@@ -475,13 +475,17 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
                 if total == 1
                 else f"All {total} ranks seen ended without a failure signature."
             )
+        elif len(failed) == 1 and total == 1:
+            notes.append(f"The one rank seen failed first-hand (rank {failed[0]}).")
         elif len(failed) == 1:
             notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
         elif failed:
             notes.append(f"{len(failed)} of {total} ranks failed first-hand: a shared cause (data, config, network, code) is likely.")
         missing = ranks.filter((pl.col("status") == "silent") & pl.col("lines").is_null())["rank"].to_list()
         if missing:
-            notes.append(f"{len(missing)} rank(s) left no log at all: {', '.join(map(str, missing[:16]))}.")
+            notes.append(
+                f"{len(missing)} {'rank' if len(missing) == 1 else 'ranks'} left no log at all: {', '.join(map(str, missing[:16]))}."
+            )
     return notes
 
 

@@ -51,7 +51,8 @@ def odd_rank_out(findings: pl.DataFrame) -> pl.DataFrame:
         .head(1)
     )
     text = (
-        f"rank {culprit} ran {winner['named_op']} where {winner['voters']} other rank(s) ran {winner['others_op']}"
+        f"rank {culprit} ran {winner['named_op']} where {winner['voters']} other {'rank' if winner['voters'] == 1 else 'ranks'}"
+        f" ran {winner['others_op']}"
         f" (collective #{winner['seq']}): named by its peers' fingerprint-mismatch errors"
     )
     return conform(

@@ -148,7 +148,12 @@ def _evidence(collectives: pl.DataFrame, rank: int, kinds: list[str]) -> dict | 
     if rows.is_empty():
         return None
     order = {k: i for i, k in enumerate(kinds)}
-    best = min(rows.select("file", "line", "time", "text", "kind").iter_rows(named=True), key=lambda r: order[r["kind"]])
+    # Of lines of the same kind, the one that states the work sequence numbers is the one to quote.
+    states = [c for c in ("last_enqueued", "last_completed") if c in rows.columns]
+    counted = rows.with_columns(_silent=pl.all_horizontal(pl.col(c).is_null() for c in states) if states else pl.lit(True))
+    candidates = counted.select("file", "line", "time", "text", "kind", "_silent").iter_rows(named=True)
+    best = min(candidates, key=lambda r: (order[r["kind"]], r["_silent"]))
+    best.pop("_silent")
     return best
 
 
@@ -386,7 +391,8 @@ def localize_hang(
         what = "completed" if d["field"] == "last_completed" else "enqueued"
         blame("HANG001", "Rank behind the others in a collective", Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL,
               Role.INITIATING, rank, ev,
-              f"rank {rank} last {what} work #{d['lagging_seq']} in PG {pg} while {d['ranks_ahead']} other rank(s) "
+              f"rank {rank} last {what} work #{d['lagging_seq']} in PG {pg} while {d['ranks_ahead']} other "
+              f"{'rank' if d['ranks_ahead'] == 1 else 'ranks'} "
               f"reached #{d['others_seq']}: the others were waiting for it",
               {"pg": pg, "reason": f"lowest {d['field']}", **d})  # fmt: skip
 
@@ -411,7 +417,7 @@ def localize_hang(
         ev = last_lines.get(rank) if has_log else crowd_ev
         blame("HANG002", "Rank missing from the collective-timeout crowd", Category.COLLECTIVE_TIMEOUT,
               Severity.CRITICAL if has_log else Severity.ERROR, Role.INITIATING, rank, ev,
-              f"{len(crowd)} rank(s) timed out waiting in {where} but rank {rank} "
+              f"{len(crowd)} {'rank' if len(crowd) == 1 else 'ranks'} timed out waiting in {where} but rank {rank} "
               f"{'logged no timeout' if has_log else 'left no log'}: it never reached the collective",
               {"reason": "silent" if has_log else "no_log", "crowd": rank_ranges(crowd), "crowd_seq": crowd_seq,
                "crowd_last_completed": crowd_done})  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from forensics.report.markup import cell, ranges, table, where
+from forensics.report.markup import cell, plural, ranges, table, where
 
 MAX_ROWS = 20
 
@@ -61,11 +61,11 @@ def _nccl(tables: dict[str, pl.DataFrame]) -> list[str]:
         facts.append(cell(text) + (" — **versions differ across processes**" if pairs.height > 1 else ""))
     if transports is not None:
         used = transports.group_by("transport").agg(pl.col("host").n_unique().alias("hosts")).sort("transport")
-        facts.append("transports: " + ", ".join(f"{cell(t)} ({h} hosts)" for t, h in used.iter_rows()))
+        facts.append("transports: " + ", ".join(f"{cell(t)} ({plural(h, 'host')})" for t, h in used.iter_rows()))
     if topology is not None:
         world = topology["nranks"].max()
         hosts = topology["host"].n_unique()
-        facts.append(f"largest communicator: {world} ranks on {hosts} hosts")
+        facts.append(f"largest communicator: {plural(world, 'rank')} on {plural(hosts, 'host')}")
     if facts:
         out.append("NCCL: " + "; ".join(facts) + ".")
     if topology is not None:

@@ -29,22 +29,24 @@ RANK_STATUS_LEGEND = (
 def _headline(analysis: Analysis) -> list[str]:
     v = analysis.verdict
     out = [f"# Postmortem: {cell(analysis.incident.name or analysis.incident.root.name)}", ""]
-    out.append(f"**Verdict: `{v.category}`** ({v.state}, confidence {v.confidence:.2f}) — {cell(v.summary, 400)}")
+    out.append(f"**Verdict: `{v.category}`** ({v.state}, confidence {v.confidence:.2f}) — {prose(v.summary)}")
     out.append("")
     facts = []
     if v.culprit_ranks:
-        facts.append(f"- **Culprit rank(s):** {ranges(v.culprit_ranks)}")
+        facts.append(f"- **Culprit {'rank' if len(v.culprit_ranks) == 1 else 'ranks'}:** {ranges(v.culprit_ranks)}")
     if v.culprit_hosts:
-        facts.append(f"- **Host(s):** {', '.join(cell(h) for h in v.culprit_hosts)}")
+        facts.append(f"- **{'Host' if len(v.culprit_hosts) == 1 else 'Hosts'}:** {', '.join(cell(h) for h in v.culprit_hosts)}")
     for gpu in v.culprit_gpus:
-        facts.append(f"- **GPU:** {cell(gpu.get('host'))} GPU {cell(gpu.get('gpu'))} (PCI {cell(gpu.get('pci_bus_id'))})")
+        serial = f", serial {cell(gpu['serial'])}" if gpu.get("serial") else ""
+        host = f"{cell(gpu['host'])} " if gpu.get("host") else ""
+        facts.append(f"- **GPU:** {host}GPU {cell(gpu.get('gpu'))} (PCI {cell(gpu.get('pci_bus_id'))}{serial})")
     if v.first_failure:
         ff = v.first_failure
         when = ff.get("time") or (f"time UNKNOWN (after {ff['time_after']})" if ff.get("time_after") else "time UNKNOWN")
         quote = f": {code(_short(ff['text']))}" if (ff["text"] or "").strip() else ""  # a dump's sample row has no line text
         facts.append(f"- **First failure:** {where(ff['file'], ff['line'])} at {when}{quote}")
     if not v.culprit_ranks and v.category not in ("NO_FAILURE",):
-        facts.append("- **Culprit rank(s):** UNKNOWN")
+        facts.append("- **Culprit rank:** UNKNOWN")
     if v.work_lost:
         facts.append(f"- **Work lost:** {_work_lost(v.work_lost)}")
     return out + facts + [""]
@@ -75,7 +77,7 @@ def _short(text: str | None, limit: int = 300) -> str:
 
 
 def _triage(analysis: Analysis) -> list[str]:
-    return ["## Triage", ""] + [f"- {cell(note, 400)}" for note in analysis.verdict.triage] + [""]
+    return ["## Triage", ""] + [f"- {prose(note)}" for note in analysis.verdict.triage] + [""]
 
 
 def context_rows(analysis: Analysis, file: str, line: int | None) -> list[tuple[int, str]]:

@@ -40,9 +40,10 @@ def cell(value: object, limit: int = MAX_CELL) -> str:
     return _MARKDOWN_SPECIALS.sub(r"\\\1", text).translate(_CELL_ESCAPES)
 
 
-# Tokens a reader pastes: ENV=value settings and identifiers with an underscore or a dotted path.
+# Tokens a reader pastes: ENV=value settings (`NCCL_DEBUG_SUBSYS=INIT,NET`), identifiers with an underscore
+# or a dotted path, and sequence numbers (`#1183`, which a markdown escape would turn into `\#1183`).
 _PASTABLE = re.compile(
-    r"(?<![\w`])(?:[A-Z][A-Z0-9_]*=[^\s,;()]+|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\([^()\s]*\)|=[^\s,;()]+)?)(?![\w`])"
+    r"(?<![\w`])(?:#\d+\b|[A-Z][A-Z0-9_]*=[^\s;()]+?(?=[\s;()]|[,.]?(?:\s|$))|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\([^()\s]*\)|=[^\s,;()]+)?)(?![\w`])"
 )
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
