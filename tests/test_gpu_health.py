@@ -165,6 +165,15 @@ def test_figures_one_png_per_host(tmp_path):
     assert render_gpu_figures(samples.head(0), None, tmp_path) == []
 
 
+def test_a_one_off_snapshot_gets_no_chart(tmp_path):
+    """A single `nvidia-smi -q` dump is one sample per GPU: a table row, not a time series."""
+    from forensics.report.gpu_figures import render_gpu_figures
+
+    snapshot, _ = parse_nvidia_smi_query((INCIDENTS / "gpu_illegal_memory_access" / "nvidia-smi-q.txt").read_text(), "q.txt")
+    assert snapshot.height == 1
+    assert render_gpu_figures(snapshot, None, tmp_path) == [] and not list(tmp_path.iterdir())
+
+
 def _patterns(samples: pl.DataFrame) -> dict[str, dict]:
     findings = analyze_gpu_health(samples, None).findings
     return {row["pattern"]: row for row in findings.iter_rows(named=True)}

@@ -54,3 +54,9 @@ def test_a_thousand_ranks_stay_one_screen_tall(tmp_path):
     lines = conform(pl.DataFrame({"file": [f"rank_{r}.log" for r in range(1024)], "line": 2, "time": T0}), LINES)
     path = rank_timeline(_ranks(1024), lines, tmp_path)
     assert _size(path)[1] <= MAX_HEIGHT_IN * 100
+
+
+def test_ranks_whose_lines_all_share_one_second_draw_no_blank_chart(tmp_path):
+    lines = conform(pl.DataFrame({"file": "rank_0.log", "line": [1]}), LINES)
+    instant = _ranks(4).with_columns(last_time=pl.col("first_time"))
+    assert rank_timeline(instant, lines, tmp_path) is None and not (tmp_path / "ranks.png").exists()

@@ -2,7 +2,9 @@
 
 Renders only what ingest produced (GPU_SAMPLES, GPU_EVENTS); computes nothing new.
 One PNG per host with three stacked panels and one line per GPU; samples without
-times (dmon without -o T) are plotted against their order instead.
+times (dmon without -o T) are plotted against their order instead. A host with fewer
+than MIN_SAMPLES samples per GPU (a one-off `nvidia-smi -q` snapshot) gets no chart: the
+GPU section's table says all it holds. Xids are marked only inside the sampled window.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import polars as pl
 
 from forensics.report.plotting import pyplot
 
+MIN_SAMPLES = 3
 PANELS = (("temperature_c", "temperature (C)"), ("power_draw_w", "power (W)"), ("sm_util_pct", "SM util (%)"))
 
 
@@ -22,8 +25,9 @@ def render_gpu_figures(samples: pl.DataFrame, events: pl.DataFrame | None, out_d
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    hosts = samples["host"].fill_null("unknown-host").unique().sort().to_list()
-    for host in hosts:
+    per_gpu = samples.group_by("host", "gpu", "pci_bus_id").len()
+    charted = per_gpu.filter(pl.col("len") >= MIN_SAMPLES)["host"].fill_null("unknown-host").unique().sort().to_list()
+    for host in charted:
         mine = samples.filter(pl.col("host").fill_null("unknown-host") == host)
         timed = mine["time"].is_not_null().all()
         mine = mine.sort("time" if timed else "line")
@@ -38,7 +42,8 @@ def render_gpu_figures(samples: pl.DataFrame, events: pl.DataFrame | None, out_d
             ax.set_ylabel(title)
             ax.grid(alpha=0.3)
         if timed and events is not None and not events.is_empty():
-            xids = events.filter((pl.col("host").fill_null(host) == host) & (pl.col("kind") == "xid") & pl.col("time").is_not_null())
+            window = pl.col("time").is_between(mine["time"].min(), mine["time"].max())
+            xids = events.filter((pl.col("host").fill_null(host) == host) & (pl.col("kind") == "xid") & window)
             for row in xids.iter_rows(named=True):
                 for ax in axes:
                     ax.axvline(row["time"], color="red", linestyle="--", linewidth=1)
@@ -46,7 +51,7 @@ def render_gpu_figures(samples: pl.DataFrame, events: pl.DataFrame | None, out_d
                     f"Xid {row['xid']}", (row["time"], 1), xycoords=("data", "axes fraction"), color="red", fontsize=8, va="top"
                 )
         axes[0].legend(loc="upper left", fontsize=7, ncol=4)
-        axes[0].set_title(f"{host}: GPU health")
+        axes[0].set_title("GPU health (the dump names no host)" if host == "unknown-host" else f"{host}: GPU health")
         axes[-1].set_xlabel("time (UTC)" if timed else "sample")
         fig.tight_layout()
         path = out_dir / f"gpu_{_safe(host)}.png"

@@ -2,7 +2,8 @@
 
 Rendering only: the RANKS table and LINES (for the time of each rank's first error line, or
 the last time logged before it) in,
-a path out. Drawn for a multi-rank incident with at least MIN_RANKS timed ranks; the bar's
+a path out. Drawn for a multi-rank incident with at least MIN_RANKS timed ranks whose lines
+span at least MIN_SPAN_S (bars of no length are a blank chart); the bar's
 colour is the rank's status, so the rank that stopped first, or crashed while the others
 waited, stands out. Bounded: one pixel row per rank past MAX_LABELS labelled ranks.
 """
@@ -16,6 +17,7 @@ import polars as pl
 from forensics.report.plotting import pyplot, save
 
 MIN_RANKS = 2
+MIN_SPAN_S = 1.0
 MAX_LABELS = 32
 MAX_HEIGHT_IN = 12
 STATUS_COLOURS = {
@@ -27,7 +29,7 @@ STATUS_COLOURS = {
 def rank_timeline(ranks: pl.DataFrame, lines: pl.DataFrame, out_dir: Path) -> Path | None:
     """The figure, or None when fewer than MIN_RANKS ranks have a first and last time."""
     timed = ranks.filter(pl.col("first_time").is_not_null() & pl.col("last_time").is_not_null()).sort("rank")
-    if timed.height < MIN_RANKS:
+    if timed.height < MIN_RANKS or (timed["last_time"].max() - timed["first_time"].min()).total_seconds() < MIN_SPAN_S:
         return None
     # An untimed error line (a traceback's) takes the last time its file logged before it.
     error_times = lines.sort("file", "line").select(
@@ -41,6 +43,7 @@ def rank_timeline(ranks: pl.DataFrame, lines: pl.DataFrame, out_dir: Path) -> Pa
     starts, ends = timed["first_time"].to_list(), timed["last_time"].to_list()
     colours = [STATUS_COLOURS.get(status, "black") for status in timed["status"].to_list()]
     ax.hlines(rows, starts, ends, colors=colours, linewidth=max(1.0, min(8.0, 200 / timed.height)))
+    ax.scatter(starts, rows, marker="|", c=colours, zorder=2)  # a rank whose lines share one time is a tick, not nothing
     errors = timed.with_row_index("row").filter(pl.col("error_time").is_not_null())
     if not errors.is_empty():
         ax.scatter(errors["error_time"].to_list(), errors["row"].to_list(), marker="x", color="black", zorder=3, label="first error")
