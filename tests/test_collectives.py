@@ -162,6 +162,16 @@ def test_a_rank_that_left_no_flight_recorder_dump_while_the_others_wait_is_the_c
     assert result.tables["fr_mismatches"].select("seq", "problem", "ranks", "expected").rows() == [(seq, "no_dump", "3", op)]
 
 
+def test_dumps_from_seven_of_eight_ranks_name_the_eighth(tmp_path):
+    """A real 8-rank torchrun (gloo): rank 5 skipped a collective; its dump was never collected."""
+    for rank in (0, 1, 2, 3, 4, 6, 7):
+        shutil.copy(INCIDENTS / "gloo_flight_recorder_8rank" / f"fr_trace_{rank}", tmp_path / f"fr_trace_{rank}")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", "hung", [5])
+    missing = run(tmp_path).tables["fr_mismatches"]
+    assert missing.select("seq", "problem", "ranks", "expected").rows() == [(29, "no_dump", "5", "gloo:all_reduce")]
+
+
 def test_dumps_missing_from_most_of_a_group_were_not_collected_and_name_nobody(tmp_path):
     shutil.copy(INCIDENTS / "hang_flight_recorder" / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_0")
     shutil.copy(INCIDENTS / "hang_flight_recorder" / "nccl_trace_rank_1", tmp_path / "nccl_trace_rank_1")

@@ -149,6 +149,19 @@ def test_the_one_rank_not_waiting_in_a_collective_is_the_odd_one_out(incident):
     assert analyze(incident({"console.log": "\n".join(two_odd) + "\n"})).verdict.culprit_ranks == []
 
 
+def test_a_real_py_spy_bundle_of_a_hung_torchrun_names_the_rank_outside_the_collective():
+    """fixtures/incidents/hang_pyspy_bundle_odd_rank: `py-spy dump --pid` of each of 4 gloo ranks, one file
+    per rank; ranks 0, 1 and 3 wait in all_reduce, rank 2 sleeps in train.py."""
+    from pathlib import Path
+
+    analysis = analyze(Path(__file__).resolve().parents[1] / "fixtures" / "incidents" / "hang_pyspy_bundle_odd_rank")
+    findings = analysis.incident.findings
+    waiting = findings.filter(pl.col("pattern") == "STACK003")["rank"].sort().to_list()
+    odd = findings.filter(pl.col("pattern") == "STACK004").select("rank", "file").rows()
+    assert (waiting, odd) == ([0, 1, 3], [(2, "pyspy/rank_2.txt")])
+    assert (analysis.verdict.category, analysis.verdict.state, analysis.verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", "hung", [2])
+
+
 def test_a_thread_in_a_framework_s_data_iterator_waits_for_data_whatever_the_py_spy_version():
     found = stack_waits(lines_frame(PY_SPY_FAIRSEQ))
     assert found.select("pattern", "line", "category").rows() == [("STACK001", 4, "DATA_PIPELINE")]
