@@ -154,6 +154,19 @@ def test_gpu_missing_from_later_samples_and_idle_gpu():
     assert analyze_gpu_health(samples, None).findings["pattern"].to_list() == ["GPU-UTIL-IMBALANCE"]
 
 
+def test_a_busy_gpu_drawing_a_fraction_of_its_neighbours_power_is_flagged():
+    text = (INCIDENTS / "gpu_clean_dump" / "nvidia-smi-query.csv").read_text()
+    assert "GPU-LOW-POWER-BUSY" not in analyze_gpu_health(parse_gpu_csv(text, "q.csv", "h")[0], None).findings["pattern"].to_list()
+    # GPU 1 stays at 100 % utilization but draws 95 W of its 700 W while GPU 0 draws 629 W.
+    low = "\n".join(ln.replace("629.45 W", "95.12 W") if ", 1, 0000" in ln else ln for ln in text.splitlines()) + "\n"
+    found = analyze_gpu_health(parse_gpu_csv(low, "q.csv", "h")[0], None).findings.filter(pl.col("pattern") == "GPU-LOW-POWER-BUSY")
+    assert found.select("gpu", "category", "severity").rows() == [(1, "HARDWARE", "warning")]
+    assert json.loads(found["captures"][0])["power_w"] == 95.12
+    # Both GPUs low together is a light workload, not one sick GPU.
+    both = text.replace("629.45 W", "95.12 W")
+    assert "GPU-LOW-POWER-BUSY" not in analyze_gpu_health(parse_gpu_csv(both, "q.csv", "h")[0], None).findings["pattern"].to_list()
+
+
 def test_figures_one_png_per_host(tmp_path):
     from forensics.report.gpu_figures import render_gpu_figures
 

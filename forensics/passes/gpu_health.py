@@ -67,6 +67,10 @@ THROTTLE_CLASSES = {
 }
 POWER_CAP_CLOCK_DEFICIT = 0.10
 HOT_TEMP_C = 85.0
+BUSY_UTIL_PCT = 90.0  # a GPU this busy draws most of its power limit on training work
+LOW_POWER_SHARE = 0.5  # ... so a busy GPU under half its limit,
+PEER_POWER_SHARE = 0.6  # and under 60% of what its host's other busy GPUs draw, is not doing the work they do
+MIN_BUSY_SAMPLES = 3
 STRAGGLER_SLOWDOWN = 1.1
 
 
@@ -89,6 +93,7 @@ def analyze_gpu_health(
     rows += _heat_findings(samples)
     rows += _missing_gpu_findings(samples)
     rows += _imbalance_findings(samples)
+    rows += _low_power_findings(samples)
     findings = _frame(rows)
     findings = _with_ranks(findings, ranks, rank_pids)
     findings = pl.concat([findings, _straggler_links(findings, metrics)])
@@ -491,6 +496,43 @@ def _imbalance_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
             _sample_row(row),
             sm_util_mean=round(row["util_mean"], 1),
             host_median=round(row["host_median"], 1),
+        )
+        for row in low.iter_rows(named=True)
+    ]
+
+
+def _low_power_findings(samples: pl.DataFrame) -> list[dict[str, Any]]:
+    """A GPU that reports itself busy but draws far less power than its limit and than its busy neighbours."""
+    busy = samples.filter(
+        (pl.col("sm_util_pct") >= BUSY_UTIL_PCT) & pl.col("power_draw_w").is_not_null() & pl.col("power_limit_w").is_not_null()
+    )
+    if busy.is_empty():
+        return []
+    per_gpu = (
+        busy.sort("time", "line", nulls_last=True)
+        .group_by(["host", "pci_bus_id", "gpu"], maintain_order=True)
+        .agg(pl.all().first(), busy_samples=pl.len(), power_w=pl.col("power_draw_w").median(), limit_w=pl.col("power_limit_w").median())
+        .with_columns(peer_power_w=pl.col("power_w").sum().over("host") - pl.col("power_w"), peers=pl.len().over("host") - 1)
+        .with_columns(peer_power_w=pl.col("peer_power_w") / pl.col("peers"))
+    )
+    low = per_gpu.filter(
+        (pl.col("busy_samples") >= MIN_BUSY_SAMPLES)
+        & (pl.col("peers") >= 1)
+        & (pl.col("power_w") < LOW_POWER_SHARE * pl.col("limit_w"))
+        & (pl.col("power_w") < PEER_POWER_SHARE * pl.col("peer_power_w"))
+    )
+    return [
+        _finding(
+            "GPU-LOW-POWER-BUSY",
+            f"GPU busy but drawing {row['power_w']:g} W of its {row['limit_w']:g} W limit (its host's other busy GPUs: {row['peer_power_w']:.0f} W)",
+            Category.HARDWARE,
+            Severity.WARNING,
+            Role.SYMPTOM,
+            _sample_row(row),
+            power_w=row["power_w"],
+            limit_w=row["limit_w"],
+            peer_power_w=round(row["peer_power_w"], 1),
+            busy_samples=row["busy_samples"],
         )
         for row in low.iter_rows(named=True)
     ]
