@@ -35,6 +35,7 @@ import polars as pl
 
 from forensics.catalog.load import Derived, Pattern
 from forensics.causal_chain import causal_chain
+from forensics.passes.collectives import rank_ranges
 from forensics.passes.slowdown import SLOWDOWN_PATTERNS
 from forensics.passes.traceback_context import UNCAUGHT
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
@@ -481,6 +482,13 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
             notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
         elif failed:
             notes.append(f"{len(failed)} of {total} ranks failed first-hand: a shared cause (data, config, network, code) is likely.")
+        elif timed_out := ranks.filter(pl.col("status") == "timed_out")["rank"].to_list():
+            stalled = ranks.filter(pl.col("status") == "stalled")["rank"].to_list()
+            also = f" and {len(stalled)} stalled ({'rank' if len(stalled) == 1 else 'ranks'} {rank_ranges(stalled)})" if stalled else ""
+            notes.append(
+                f"No rank crashed; {len(timed_out)} of {total} timed out waiting{also}: a hang, caused by what the ranks"
+                " waited for, not by the ones that timed out."
+            )
         missing = ranks.filter((pl.col("status") == "silent") & pl.col("lines").is_null())["rank"].to_list()
         if missing:
             notes.append(
