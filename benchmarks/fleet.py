@@ -57,6 +57,7 @@ def found(fleet_md: str, planted: dict) -> dict[str, bool]:
         **{f"lemon host {h} flagged": "**lemon**" in row for h, row in lemon_rows.items()},
         f"lemon GPU {planted['lemon_gpu']} listed": planted["lemon_gpu"] in fleet_md,
         f"nightly window ({window} or an hour before)": any(w in fleet_md for w in window_near),
+        f"lemon board {planted['lemon_board']} listed": any(r.startswith(f"| {planted['lemon_board']} |") for r in rows),
     }
 
 

@@ -2,7 +2,8 @@
 
 The full-size run (2,000 incidents on 200 hosts) is benchmarks/fleet.py; here a small history
 checks the chain end to end: re-hosted incidents keep their template's verdict and culprit host,
-and fleet.md names the lemon GPU, the most-blamed host and the nightly failure window.
+and fleet.md names the lemon GPU, the most-blamed host, the nightly failure window and the lemon
+board that moved between the two lemon hosts.
 """
 
 from __future__ import annotations
@@ -34,3 +35,7 @@ def test_a_generated_history_gives_back_its_planted_facts(tmp_path):
     hosts_table = fleet.split("## Hosts that keep failing")[1]
     assert next(line for line in hosts_table.splitlines() if line.startswith("| gpu")).startswith(f"| {planted['lemon_hosts'][0]} |")
     assert any(f"Failures cluster between {planted['window_start_hour'] - k:02d}:00" in fleet for k in (0, 1))
+    # The lemon board is one serial blamed at both lemon hosts' slots: only the serial ties them together.
+    board = next(line for line in fleet.split("## GPU boards that keep failing")[1].splitlines() if line.startswith("| 1"))
+    assert board.startswith(f"| {planted['lemon_board']} |")
+    assert all(f"{host}:00000000:2A:00.0" in board for host in planted["lemon_hosts"])

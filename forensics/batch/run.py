@@ -173,7 +173,7 @@ def run_job(job: Job) -> dict[str, Any]:
         summary=verdict["summary"],
         culprit_ranks=verdict["culprit_ranks"],
         culprit_hosts=verdict["culprit_hosts"],
-        culprit_gpus=[_gpu_key(gpu) for gpu in verdict["culprit_gpus"]],
+        culprit_gpus=[_gpu_key(gpu, verdict["culprit_hosts"]) for gpu in verdict["culprit_gpus"]],
         culprit_gpu_serials=[gpu.get("serial") for gpu in verdict["culprit_gpus"]],  # one per culprit GPU, null where unknown
         hosts=incident["hosts"],
         signature=leading[0]["pattern"] if leading else None,
@@ -187,10 +187,12 @@ def run_job(job: Job) -> dict[str, Any]:
     return row
 
 
-def _gpu_key(gpu: dict[str, Any]) -> str:
-    """`host:bus id` (or `host:GPU index`): one physical GPU across incidents."""
+def _gpu_key(gpu: dict[str, Any], culprit_hosts: list[str]) -> str:
+    """`host:bus id` (or `host:GPU index`): one physical slot across incidents. A GPU whose dump
+    names no host is on the incident's culprit host when there is exactly one; otherwise `?`."""
     where = gpu.get("pci_bus_id") or (f"GPU {gpu['gpu']}" if gpu.get("gpu") is not None else "GPU ?")
-    return f"{gpu.get('host') or '?'}:{where}"
+    host = gpu.get("host") or (culprit_hosts[0] if len(culprit_hosts) == 1 else "?")
+    return f"{host}:{where}"
 
 
 @dataclass(frozen=True)
