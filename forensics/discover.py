@@ -62,7 +62,7 @@ def sniff_kind(path: str, head: bytes, fixture: bool = False) -> tuple[str, str 
 
     Formats with a reader of their own are recognized by that reader's sniffer (GPU
     dumps and kernel logs: ingest.gpu; Flight Recorder dumps: ingest.flight_recorder;
-    nccl-tests and ibstat: ingest.fabric; dcgmi: ingest.dcgm; lspci: ingest.pcie),
+    nccl-tests, ibstat and ibstatus: ingest.fabric; dcgmi: ingest.dcgm; lspci: ingest.pcie),
     so a format's rules live in one place. `fixture`: the incident is one of the project's
     fixtures, whose metadata files are not evidence.
     """

@@ -109,3 +109,39 @@ def test_the_cluster_section_lists_each_nccl_setting_and_the_processes_that_disa
     assert "| network | IB | 1 | `console.log:5` |" in section
     assert section.index("| NCCL\\_ALGO | Ring |") < section.index("| NCCL\\_ALGO | ring,tree |")
     assert "NCCL\\_ALGO differ between them" in section and "NCCL\\_PROTO differ" not in section
+
+
+@pytest.mark.parametrize(
+    ("folder", "ports", "state", "physical", "rates", "layers"),
+    [
+        # Tab-indented, every port turned off; one is RoCE (Ethernet) at 40 Gb/s.
+        ("ibstatus_nccl1935_all_down_disabled", ["mlx5_11", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"], "Down", "Disabled",
+         [10.0, 40.0, 10.0, 10.0, 10.0], ["InfiniBand", "Ethernet", "InfiniBand", "InfiniBand", "InfiniBand"]),
+        # Space-indented, both ports up.
+        ("ibstatus_nccl1866_active_linkup", ["mlx5_0", "mlx5_1"], "Active", "LinkUp", [100.0, 100.0], ["Ethernet", "Ethernet"]),
+    ],
+)  # fmt: skip
+def test_ibstatus_blocks_read_as_ibstat_ports(folder, ports, state, physical, rates, layers):
+    frame = _frames(folder, "ibstatus.txt", as_path="ibstatus_gpu-07.txt")["ib_ports"]
+    assert frame["ca"].to_list() == ports
+    assert set(frame["state"]) == {state} and set(frame["physical_state"]) == {physical}
+    assert frame["rate_gbps"].to_list() == rates and frame["link_layer"].to_list() == layers
+    assert set(frame["host"]) == {"gpu-07"} and set(frame["port"]) == {1}
+    assert all(text.strip().startswith("state:") for text in frame["text"])
+
+
+def test_a_turned_off_port_is_a_note_unless_another_host_has_it_up(tmp_path):
+    """A Disabled port that no host uses is a spare port; the same port Active on a peer makes it a fault."""
+    (tmp_path / "gpu-a").mkdir()
+    shutil.copy(FORMATS / "ibstatus_nccl1935_all_down_disabled" / "ibstatus.txt", tmp_path / "gpu-a" / "ibstatus.txt")
+    alone = analyze(tmp_path).incident.findings.filter(pl.col("pattern") == "FABRIC001")
+    assert alone.height == 5 and set(alone["severity"]) == {"warning"} and set(alone["role"]) == {"event"}
+    # A second host with mlx5_2 port 1 Active, as ibstat prints it: gpu-a's mlx5_2 is now the odd one out.
+    (tmp_path / "gpu-b").mkdir()
+    ibstat = (FORMATS / "ibstat_gpud752_active_linkup" / "ibstat.txt").read_text(encoding="utf-8")
+    (tmp_path / "gpu-b" / "ibstat.txt").write_text(ibstat.replace("CA 'mlx5_7'", "CA 'mlx5_2'"), encoding="utf-8")
+    paired = analyze(tmp_path).incident.findings.filter(pl.col("pattern") == "FABRIC001")
+    critical = paired.filter(pl.col("severity") == "critical")
+    assert critical["host"].to_list() == ["gpu-a"] and critical["title"].to_list() == [
+        "InfiniBand port mlx5_2 port 1 is Down (physical state Disabled)"
+    ]

@@ -9,9 +9,12 @@ content: nothing depends on their names). Leaves:
   nccl_test_runs     one row per run (a `nThread N nGpus G ...` header): ranks, hosts, the
                      largest size measured and its busbw, the `Avg bus bandwidth` and
                      `Out of bounds values` footers, each with its line
-  ib_ports           one row per `ibstat` port: host (its folder's, or the file name's after
-                     `ibstat_`), CA, port, State, Physical
-                     state, Rate (Gb/s), link layer, and the line of its State
+  ib_ports           one row per `ibstat` port (`CA 'mlx5_0'` ... `Port 1:`) and per `ibstatus`
+                     block (`Infiniband device 'mlx5_0' port 1 status:`): host (its folder's, or
+                     the file name's after `ibstat_`/`ibstatus_`), CA, port, State, Physical
+                     state, Rate (Gb/s), link layer, and the line of its State. ibstatus's
+                     numbered states (`1: DOWN`, `4: ACTIVE`, `5: LinkUp`) take ibstat's words
+                     (Down, Active, LinkUp), so both read the same downstream
 Assumed: a run's lines are in one file, in order; a table row is a size line of 8 numbers
 after its type (and op and root, in nccl-tests from 2.x); its wrong-values column may be an
 error magnitude (`2e-07`, older versions), read as no count.
@@ -45,8 +48,8 @@ IB_PORTS = {
     "state": pl.String, "physical_state": pl.String, "rate_gbps": pl.Float64, "link_layer": pl.String, "text": pl.String,
 }  # fmt: skip
 
-_FILE_MARK = r"nThread \d+ nGpus|# Avg bus bandwidth|^CA '"
-_CANDIDATE = r"nThread \d+ nGpus|#\s+Rank\s+\d+ |(?:^|>:)\s*\d+\s+\d+\s+\w+\s|Avg bus bandwidth|Out of bounds values|^CA '|^\s+(?:Port \d+:|State:|Physical state:|Rate:|Link layer:|CA type:)"
+_FILE_MARK = r"nThread \d+ nGpus|# Avg bus bandwidth|^CA '|^Infiniband device '"
+_CANDIDATE = r"nThread \d+ nGpus|#\s+Rank\s+\d+ |(?:^|>:)\s*\d+\s+\d+\s+\w+\s|Avg bus bandwidth|Out of bounds values|^CA '|^\s+(?:Port \d+:|State:|Physical state:|Rate:|Link layer:|CA type:)|^Infiniband device '|^\s+(?:state|phys state|rate|link_layer):"
 _PREFIX = r"^(?:\[\d+,\d+\]<std(?:out|err)>:)?"  # mpirun --tag-output
 HEADER = _PREFIX + r"#?\s*nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+)"
 DEVICE = (
@@ -63,7 +66,7 @@ def sniff_fabric(head: str) -> InputKind | None:
     """nccl-tests or ibstat output, from a file's head; None for anything else."""
     if re.search(HEADER, head, re.M) or re.search(AVG, head, re.M):
         return InputKind.NCCL_TESTS
-    if re.search(r"^CA '", head, re.M):
+    if re.search(r"^CA '|^Infiniband device '[^']+' port \d+ status:", head, re.M):
         return InputKind.IBSTAT
     return None
 
@@ -144,6 +147,11 @@ def host_of_file(path: pl.Expr, tool: str) -> pl.Expr:
 
 
 def _ib_ports(cand: pl.DataFrame) -> pl.DataFrame:
+    """Every port of the ibstat and ibstatus outputs among the candidate lines."""
+    return conform(pl.concat([_ibstat_ports(cand), _ibstatus_ports(cand)]), IB_PORTS)
+
+
+def _ibstat_ports(cand: pl.DataFrame) -> pl.DataFrame:
     """ibstat's `CA 'mlx5_0'` blocks: each `Port N:` with its State, Physical state, Rate and link layer."""
     text = pl.col("text")
     files = cand.filter(text.str.contains(r"^CA '[^']+'\s*$"))["file"].unique().implode()
@@ -168,5 +176,41 @@ def _ib_ports(cand: pl.DataFrame) -> pl.DataFrame:
         physical_state=pl.col("value").filter(pl.col("field") == "Physical state").first(),
         rate_gbps=pl.col("value").filter(pl.col("field") == "Rate").first().cast(pl.Float64, strict=False),
         link_layer=pl.col("value").filter(pl.col("field") == "Link layer").first(),
+    )
+    return conform(ports.filter(pl.col("state").is_not_null()), IB_PORTS)
+
+
+IBSTATUS_BLOCK = r"^Infiniband device '([^']+)' port (\d+) status:"
+# ibstatus prints the numbered port states of the IB spec; ibstat prints these words for them.
+_IBSTATUS_STATES = {"DOWN": "Down", "INIT": "Initializing", "ARMED": "Armed", "ACTIVE": "Active", "ACTIVE_DEFER": "Active"}
+
+
+def _ibstatus_ports(cand: pl.DataFrame) -> pl.DataFrame:
+    """ibstatus's `Infiniband device 'mlx5_0' port 1 status:` blocks: state, phys state, rate and link_layer."""
+    text = pl.col("text")
+    files = cand.filter(text.str.contains(IBSTATUS_BLOCK))["file"].unique().implode()
+    rows = cand.filter(pl.col("file").is_in(files)).sort("file", "line")
+    if rows.is_empty():
+        return empty(IB_PORTS)
+    block = text.str.extract_groups(IBSTATUS_BLOCK)
+    field = text.str.extract(r"^\s+([a-z_ ]+?):")
+    # `state: 1: DOWN`, `phys state: 5: LinkUp`: the word after the spec's number.
+    value = text.str.extract(r"^\s+[a-z_ ]+?:\s*(?:\d+:\s*)?(.*?)\s*$")
+    keyed = rows.with_columns(
+        ca=block.struct.field("1").forward_fill().over("file"),
+        port=block.struct.field("2").cast(pl.Int32, strict=False).forward_fill().over("file"),
+        # A line of another tool after the last block ends it: only the block's own fields count.
+        field=pl.when(text.str.contains(r"^\s")).then(field),
+        value=value,
+    ).filter(pl.col("port").is_not_null() & pl.col("field").is_in(["state", "phys state", "rate", "link_layer"]))
+    state = pl.col("value").filter(pl.col("field") == "state").first()
+    ports = keyed.group_by("file", "ca", "port", maintain_order=True).agg(
+        pl.coalesce(pl.col("host").drop_nulls().first(), host_of_file(pl.col("file").first(), "ibstat(?:us)?")).alias("host"),
+        line=pl.col("line").filter(pl.col("field") == "state").first(),
+        text=pl.col("text").filter(pl.col("field") == "state").first(),
+        state=state.replace(_IBSTATUS_STATES),
+        physical_state=pl.col("value").filter(pl.col("field") == "phys state").first(),
+        rate_gbps=pl.col("value").filter(pl.col("field") == "rate").first().str.extract(r"^([\d.]+)").cast(pl.Float64, strict=False),
+        link_layer=pl.col("value").filter(pl.col("field") == "link_layer").first(),
     )
     return conform(ports.filter(pl.col("state").is_not_null()), IB_PORTS)

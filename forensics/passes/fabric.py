@@ -4,7 +4,8 @@ Enters: the `ib_ports` frame of ingest.fabric, `pcie_links` of ingest.pcie, `dcg
 `nvlink_status` of ingest.dcgm (each with the host its file names). Leaves: FINDINGS rows,
 each citing its line and naming its host:
   FABRIC001 (NETWORK, critical, initiating): an InfiniBand port whose State is not Active
-            (Down, Polling, Init, Armed), naming its CA
+            (Down, Init, Armed), naming its CA. A port that is Disabled (turned off) and that
+            no other host has Active is a spare or unused port: a warning event, never a verdict
   FABRIC002 (HARDWARE, error, symptom): a PCIe link narrower than it can run (x8 of x16), or
             marked `Width ... (downgraded)` by lspci where its LnkCap line was not kept
   FABRIC003 (HARDWARE, warning, event): a PCIe link at full width but slower than it can
@@ -28,12 +29,18 @@ def fabric_findings(ib_ports: pl.DataFrame | None) -> pl.DataFrame:
     """FABRIC001 per InfiniBand port that is not Active."""
     if ib_ports is None or ib_ports.is_empty():
         return empty(FINDINGS)
-    down = ib_ports.filter(pl.col("state").str.to_lowercase() != "active")
+    active = pl.col("state").str.to_lowercase() == "active"
+    # The same CA port Active on another host: this host's copy of it should be up too.
+    up_elsewhere = (active.cast(pl.Int32).sum().over("ca", "port") > 0).fill_null(False)
+    turned_off = (pl.col("physical_state").str.to_lowercase() == "disabled").fill_null(False) & ~up_elsewhere
+    down = ib_ports.with_columns(turned_off=turned_off).filter(~active.fill_null(False))
     found = down.select(
         "file", "line", "host", "text",
         pattern=pl.lit("FABRIC001"),
         title=pl.format("InfiniBand port {} port {} is {} (physical state {})", "ca", "port", "state", pl.col("physical_state").fill_null("unknown")),
-        category=pl.lit("NETWORK"), severity=pl.lit("critical"), role=pl.lit("initiating"),
+        category=pl.lit("NETWORK"),
+        severity=pl.when("turned_off").then(pl.lit("warning")).otherwise(pl.lit("critical")),
+        role=pl.when("turned_off").then(pl.lit("event")).otherwise(pl.lit("initiating")),
         captures=pl.struct("ca", "ca_type", "port", "state", "physical_state", "rate_gbps").struct.json_encode(),
     )  # fmt: skip
     return conform(found, FINDINGS)
