@@ -331,6 +331,7 @@ EXCEPTION_TEXT = (
     r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+|Received \d+ death signal"
     r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
     r"|sigkill_handler\] Killing subprocess"  # the DeepSpeed launcher ends its workers
+    r"|terminated normally, but \d+ process(?:es)? returned"  # mpirun: a rank exited non-zero
     r"|Check failed: |: Assertion [`'].*' failed\."  # native checks abort the process
     r"|^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*$"  # a traceback's last line with no message: `AssertionError`
 )

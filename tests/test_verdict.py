@@ -547,30 +547,47 @@ def test_an_error_with_a_cause_ends_the_job_unless_the_ranks_then_hung(tmp_path,
     assert (verdict.category, verdict.state) == (category, state)
 
 
-@pytest.mark.parametrize(
-    "lines",
-    [
-        # A torchrun failure table whose rows were pasted without their layout (AMVUR#2): no
-        # exit code can be read, but torchrun raises ChildFailedError only when a worker failed.
-        [
-            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
-            "experiments/supervised HO3D V2.py FAILED",
-            "Failures:",
-            "<NO OTHER FAILURES>",
-        ],
-        # The DeepSpeed launcher tearing its workers down (DeepSpeed#1956): a run that ends well never does.
-        [
-            "[2022-05-15 00:12:51,292] [INFO] [engine.py:2754:_get_all_zero_checkpoint_state_dicts] successfully read 2 ZeRO state_dicts for rank 0",
-            "[2022-05-15 00:12:57,785] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97277",
-            "[2022-05-15 00:12:57,786] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97278",
-        ],
-    ],
-    ids=["ChildFailedError alone", "DeepSpeed launcher kills its workers"],
-)
-def test_a_launcher_s_failure_summary_alone_is_a_crash_of_unknown_cause(tmp_path, lines):
+def test_a_launcher_s_failure_summary_alone_is_a_crash_of_unknown_cause(tmp_path):
+    """A torchrun failure table whose rows were pasted without their layout (AMVUR#2): no exit
+    code can be read, but torchrun raises ChildFailedError only when a worker failed."""
     from forensics.flow import analyze
 
+    lines = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "experiments/supervised HO3D V2.py FAILED",
+        "Failures:",
+        "<NO OTHER FAILURES>",
+    ]
     (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.state) == ("UNKNOWN", "crashed")
     assert verdict.first_failure is not None and verdict.first_failure["line"] in (1, 2)
+
+
+# The DeepSpeed launcher tearing its workers down while they load a checkpoint (DeepSpeed#1956):
+# a run that ends well never does, and no worker left an error of its own.
+TEARDOWN = [
+    "[2022-05-15 00:12:51,292] [INFO] [engine.py:2754:_get_all_zero_checkpoint_state_dicts] successfully read 2 ZeRO state_dicts for rank 0",
+    "[2022-05-15 00:12:57,785] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97277",
+    "[2022-05-15 00:12:57,786] [INFO] [launch.py:178:sigkill_handler] Killing subprocess 97278",
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "category"),
+    [
+        # Nothing of the worker's own: it died without a trace, killed from outside.
+        ([], "PROCESS_KILLED"),
+        # A worker's own error before the teardown is the cause (FastChat#1937's CUDA OOM).
+        (["CUDA out of memory. Tried to allocate 172.00 MiB (GPU 1; 22.38 GiB total capacity; 21.49 GiB already allocated; 62.56 MiB free; 21.69 GiB reserved in total by ",
+          "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"],
+         "CUDA_OOM"),
+    ],
+    ids=["teardown alone", "after a worker's own error"],
+)  # fmt: skip
+def test_a_deepspeed_teardown_with_no_worker_error_reads_as_a_kill_from_outside(tmp_path, before, category):
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text("\n".join(before + TEARDOWN) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == (category, "crashed")
