@@ -703,3 +703,35 @@ def test_no_proof_of_health_while_another_rank_ends_on_errors_nobody_explains():
     ]
     calm = pl.concat([stepping, lines_frame(benign, file="console.log", rank=1).with_columns(pl.col("line") + 10)])
     assert health_proofs(calm, extract_metrics(calm), NO_FINDINGS)["kind"].to_list() == ["progressing", "progressing"]
+
+
+# epfLLM/Megatron-LLM#22 (real lines): the time per iteration climbing at every log.
+MEGATRON_SLOWING = [
+    " iteration       10/     600 | consumed samples:          640 | elapsed time per iteration (ms): 84606.2 | learning rate: 8.000E-06 | ",
+    " iteration       15/     600 | consumed samples:          960 | elapsed time per iteration (ms): 142474.1 | learning rate: 1.200E-05 | ",
+    " iteration       20/     600 | consumed samples:         1280 | elapsed time per iteration (ms): 202438.6 | learning rate: 1.600E-05 |",
+]
+# akanazawa/fpo#4 (real lines): evaluations keep coming while the reward they report is NaN.
+NAN_REWARD = [
+    "Eval metrics at step 0:",
+    "  Reward: mean=3.06, min=1.92, max=10.06, std=1.38",
+    "  Steps:  mean=1000.0, min=1000.0, max=1000.0, std=0.0",
+    "Eval metrics at step 6:",
+    "  Reward: mean=nan, min=nan, max=nan, std=nan",
+    "  Steps:  mean=0.0, min=0.0, max=0.0, std=0.0",
+    "Eval metrics at step 13:",
+    "  Reward: mean=nan, min=nan, max=nan, std=nan",
+    "  Steps:  mean=0.0, min=0.0, max=0.0, std=0.0",
+]
+
+
+def test_step_times_that_only_climb_are_no_proof_of_health():
+    assert _proofs(MEGATRON_SLOWING) == []
+    steady = [line.replace("142474.1", "84712.3").replace("202438.6", "84650.9") for line in MEGATRON_SLOWING]
+    assert _proofs(steady) == ["progressing"]
+
+
+def test_a_run_whose_last_lines_report_a_nan_value_is_no_proof_of_health():
+    assert _proofs(NAN_REWARD) == []
+    finite = [line.replace("mean=nan, min=nan, max=nan, std=nan", "mean=3.11, min=1.90, max=9.87, std=1.41") for line in NAN_REWARD]
+    assert _proofs(finite) == ["progressing"]

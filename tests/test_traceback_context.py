@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from forensics.ingest.rank_logs import TextFile, read_text_files
 from forensics.passes.traceback_context import classify_by_frames
 from forensics.schema import FINDINGS, empty
@@ -327,3 +329,23 @@ def test_the_innermost_subsystem_on_the_stack_decides_a_barrier_called_by_checkp
     # The same checkpoint frames with no collective under them stay checkpoint I/O.
     outer = "\n".join(BARRIER_IN_CHECKPOINT_CALLBACK.splitlines()[:4]) + "\n"
     assert classify_by_frames(_lines(tmp_path, outer), empty(FINDINGS))["category"].to_list() == ["CHECKPOINT_IO"]
+
+
+# facebookresearch/habitat-lab#429 (real lines): the trainer's pipe to its environment worker
+# breaks after the worker died of its own AttributeError.
+WORKER_PIPE = """\
+Traceback (most recent call last):
+  File "/home/mukul/anaconda3/envs/habitat/lib/python3.6/multiprocessing/connection.py", line 368, in _send
+    n = write(self._handle, buf)
+BrokenPipeError: [Errno 32] Broken pipe
+"""
+
+
+def test_a_broken_pipe_to_a_local_worker_is_a_cascade_not_the_network(tmp_path):
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text(WORKER_PIPE)
+    analysis = analyze(tmp_path)
+    pipe = analysis.incident.findings.filter(pl.col("line") == 4)
+    assert pipe.select("pattern", "role").rows() == [("CTX009", "cascade")]
+    assert analysis.verdict.category != "NETWORK"

@@ -20,7 +20,10 @@ Notes:
       the last CLIMB_POINTS each above the one before, to ENDING_HIGH times the lowest:
       PP-YOLOE's 4.8, 4.7, 8.4, 21.5;
       Caffe's 38.8, 43.7, 47.7 on its way to a saturated softmax is a run coming apart, or
-      at best a loss the tool cannot read, not proof of one going well). A pasted excerpt of a live, healthy run
+      at best a loss the tool cannot read, not proof of one going well), nor its step times
+      the same way (84.6 s, 142.5 s, 202.4 s per iteration: a run grinding to a halt), and
+      no stream's last lines report a value as NaN (NON_FINITE: an RL run's `Reward:
+      mean=nan` while its step counter turns). A pasted excerpt of a live, healthy run
       proves this much (one `step=2500` line attests 2500 steps turned); two steps from
       the start are not yet a run going on.
     `abrupt_stops` returns findings (category UNKNOWN, role symptom) for runs that end
@@ -50,6 +53,8 @@ PROGRESS_FIELDS = ("step", "loss")
 ERRING = r"(?i)\berror\b|\bfail(?:ed|ure)\b|\bfatal\b|\bexception\b|\babort(?:ed|ing)?\b"
 # A line that reports the run stalling, logged at any level: a read that timed out, a retry.
 STALLING = r"(?i)\btimed out\b|\bretry(?:ing)?\b|\bconnection (?:reset|refused|aborted)\b"
+# A value logged as NaN (`Reward: mean=nan`, `PolicyEntropy: nan`, `acc=nan`): whatever it measures, no healthy run ends on one.
+NON_FINITE = r"(?i)[:=]\s*(?:\w+=)?[-+]?nan\b"
 # Logged at warning level: TensorFlow's `2020-06-08 05:30:15.889706: W tensorflow/...`, glog's `W0608`.
 WARNING_LEVEL = r"\bWARN(?:ING)?\b|^\S+ \S+: W |^W\d{4} "
 CLIMB_POINTS = 3
@@ -129,18 +134,18 @@ def abrupt_stops(
     return found.with_columns(category=pl.lit(Category.UNKNOWN.value), role=pl.lit("symptom"))
 
 
-def _climbing(metrics: pl.DataFrame) -> pl.DataFrame:
-    """The streams whose finite positive losses, CLIMB_POINTS or more, all rise to CLIMB_RISE times
-    the first, or whose last CLIMB_POINTS rise to ENDING_HIGH times the lowest."""
-    losses = metrics.filter(pl.col("loss").is_finite() & (pl.col("loss") > 0)).sort("line")
+def _climbing(metrics: pl.DataFrame, column: str) -> pl.DataFrame:
+    """The streams whose finite positive values of `column` (loss, step time), CLIMB_POINTS or more,
+    all rise to CLIMB_RISE times the first, or whose last CLIMB_POINTS rise to ENDING_HIGH times the lowest."""
+    value = pl.col(column)
+    series = metrics.filter(value.is_finite() & (value > 0)).sort("line")
     return (
-        losses.group_by(STREAM)
+        series.group_by(STREAM)
         .agg(
             points=pl.len(),
-            rising=(pl.col("loss").diff().drop_nulls() > 0).all(),
-            rise=pl.col("loss").last() / pl.col("loss").first(),
-            ending_high=(pl.col("loss").tail(CLIMB_POINTS).diff().drop_nulls() > 0).all()
-            & (pl.col("loss").last() >= ENDING_HIGH * pl.col("loss").min()),
+            rising=(value.diff().drop_nulls() > 0).all(),
+            rise=value.last() / value.first(),
+            ending_high=(value.tail(CLIMB_POINTS).diff().drop_nulls() > 0).all() & (value.last() >= ENDING_HIGH * value.min()),
         )
         .filter((pl.col("points") >= CLIMB_POINTS) & (pl.col("rising") & (pl.col("rise") >= CLIMB_RISE) | pl.col("ending_high")))
     )
@@ -208,7 +213,11 @@ def health_proofs(lines: pl.DataFrame, metrics: pl.DataFrame, findings: pl.DataF
         .join(metrics.select("file", "line"), on=["file", "line"], how="anti")
         .join(findings.select("file", "line"), on=["file", "line"], how="anti")
     )
-    healthy_looking = stopped.is_empty() and too_short.is_empty() and ending_on_errors.is_empty() and _climbing(metrics).is_empty()
+    ending_non_finite = _tails(lines).filter(pl.col("text").str.contains(NON_FINITE))
+    climbing = not _climbing(metrics, "loss").is_empty() or not _climbing(metrics, "step_time_s").is_empty()
+    healthy_looking = (
+        stopped.is_empty() and too_short.is_empty() and ending_on_errors.is_empty() and ending_non_finite.is_empty() and not climbing
+    )
     if all_progress and healthy_looking:
         closing = tail_metrics.sort("line").group_by(STREAM, maintain_order=True).last().with_columns(kind=pl.lit("progressing"))
         proofs.append(conform(closing, PROOFS))

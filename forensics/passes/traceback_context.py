@@ -8,7 +8,9 @@ Notes:
     Input/output error`); one raised inside DataLoader machinery is a data-pipeline
     failure; one raised inside a collective call (`EOFError` out of
     `broadcast_object_list` when the broadcast was aborted) is a cascade of that
-    collective's failure, never its cause. Where frames of several of these subsystems are on
+    collective's failure, never its cause; so is a `Broken pipe` out of
+    `multiprocessing/connection.py`, a local pipe to a worker process that had died,
+    never a network fault. Where frames of several of these subsystems are on
     the stack, the innermost decides. The finding cites the exception line and names the frame that decided it.
     Exceptions already explained by a catalog pattern, or that a pattern calls a
     consequence (RendezvousClosedError, Horovod's shutdown), are left alone, unless that
@@ -85,10 +87,19 @@ CONTEXTS = [
         frozenset(),
         None,
     ),
+    (
+        "CTX009",
+        "UNKNOWN",
+        "A pipe to another local process broke: the process at the other end had died",
+        r"multiprocessing/connection\.py",
+        frozenset({"GEN008"}),
+        r"Broken pipe|Connection reset by peer|\[Errno (?:32|104)\]|^\s*EOFError\b",  # never the network: a local pipe
+    ),
 ]
 # A failed collective is a consequence of what stopped it (a peer that died, hung or timed out):
-# the exception it raised shows where a rank was hurt, not why.
-CONSEQUENCES = {"CTX006"}
+# the exception it raised shows where a rank was hurt, not why; so is a broken pipe to a local
+# worker (a vectorized environment, a pool): the worker died first, of its own error.
+CONSEQUENCES = {"CTX006", "CTX009"}
 # Findings that cite a Python traceback nobody caught (its exception line, or its last line where
 # the log cuts it off): the process that printed it died of it.
 UNCAUGHT = frozenset({pattern for pattern, *_ in CONTEXTS} - CONSEQUENCES | {"EXC001", "EXC002"})
@@ -202,19 +213,35 @@ def uncaught_exceptions(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataF
 
 
 def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    """Generic findings inside a traceback that a frame context re-classified become symptoms of it."""
+    """Generic findings inside a traceback that a frame context re-classified become symptoms of it,
+    or cascades where the context is itself a consequence. A generic finding on the very line a
+    consequence context cites is dropped: `Broken pipe` out of a local pipe is no network fault,
+    and the context's finding cites the line."""
     overridden = sorted({pid for *_rest, overrides, _saying in CONTEXTS for pid in overrides})
     if context_findings.is_empty() or not overridden:
         return findings
     block_of = lines.select("file", "line", "block").unique(["file", "line"])
-    relabelled = context_findings.select("file", "line").join(block_of, on=["file", "line"]).select("file", "block").unique()
+    relabelled = (
+        context_findings.select("file", "line", _consequence=pl.col("pattern").is_in(list(CONSEQUENCES)))
+        .join(block_of, on=["file", "line"])
+        .group_by("file", "block")
+        .agg(pl.col("_consequence").all())
+    )
     in_block = (
         findings.select("file", "line")
         .join(block_of, on=["file", "line"], how="left")
         .join(relabelled.with_columns(_context=pl.lit(True)), on=["file", "block"], how="left")
     )
     marked = findings.join(
-        in_block.select("file", "line", "_context").unique(["file", "line"]), on=["file", "line"], how="left", maintain_order="left"
+        in_block.select("file", "line", "_context", "_consequence").unique(["file", "line"]),
+        on=["file", "line"],
+        how="left",
+        maintain_order="left",
     )
-    demote = marked["_context"].fill_null(False) & marked["pattern"].is_in(overridden)
-    return marked.with_columns(role=pl.when(demote).then(pl.lit("symptom")).otherwise(pl.col("role"))).drop("_context")
+    demote = pl.col("_context").fill_null(False) & pl.col("pattern").is_in(overridden)
+    consequence = demote & pl.col("_consequence").fill_null(False)
+    cited = context_findings.filter(pl.col("pattern").is_in(list(CONSEQUENCES))).select("file", "line", _cited=pl.lit(True)).unique()
+    marked = marked.join(cited, on=["file", "line"], how="left", maintain_order="left")
+    role = pl.when(consequence).then(pl.lit("cascade")).when(demote).then(pl.lit("symptom")).otherwise(pl.col("role"))
+    kept = marked.filter(~(consequence & pl.col("_cited").fill_null(False)))
+    return kept.with_columns(role=role).drop("_context", "_consequence", "_cited")
