@@ -735,3 +735,22 @@ def test_a_run_whose_last_lines_report_a_nan_value_is_no_proof_of_health():
     assert _proofs(NAN_REWARD) == []
     finite = [line.replace("mean=nan, min=nan, max=nan, std=nan", "mean=3.11, min=1.90, max=9.87, std=1.41") for line in NAN_REWARD]
     assert _proofs(finite) == ["progressing"]
+
+
+# Neuron_SP#2 (real lines, abridged by its poster): a step line, then the watchdog's timeout wrapped over three lines.
+STEP_THEN_TIMEOUT = [
+    "[DESLOC] Step 90/500 | Loss: 8.2812 | Time: 3531.7ms",
+    "",
+    "[rank0]:[E424 04:11:42] Watchdog caught collective operation timeout:",
+    "WorkNCCL(SeqNum=71, OpType=ALLREDUCE, NumelIn=773615360,",
+    "Timeout(ms)=600000) ran for 600050 milliseconds before timing out.",
+]
+
+
+def test_a_step_line_before_a_watchdog_timeout_is_no_proof_of_health(tmp_path):
+    from forensics.flow import analyze
+
+    assert _proofs(STEP_THEN_TIMEOUT) == []
+    (tmp_path / "console.log").write_text("\n".join(STEP_THEN_TIMEOUT) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == ("COLLECTIVE_TIMEOUT", "hung")

@@ -52,7 +52,7 @@ PROGRESS_FIELDS = ("step", "loss")
 # A line that reports something going wrong, in words no pattern may know.
 ERRING = r"(?i)\berror\b|\bfail(?:ed|ure)\b|\bfatal\b|\bexception\b|\babort(?:ed|ing)?\b"
 # A line that reports the run stalling, logged at any level: a read that timed out, a retry.
-STALLING = r"(?i)\btimed out\b|\bretry(?:ing)?\b|\bconnection (?:reset|refused|aborted)\b"
+STALLING = r"(?i)\btim(?:ed|ing) out\b|\bretry(?:ing)?\b|\bconnection (?:reset|refused|aborted)\b"
 # A value logged as NaN (`Reward: mean=nan`, `PolicyEntropy: nan`, `acc=nan`): whatever it measures, no healthy run ends on one.
 NON_FINITE = r"(?i)[:=]\s*(?:\w+=)?[-+]?nan\b"
 # Logged at warning level: TensorFlow's `2020-06-08 05:30:15.889706: W tensorflow/...`, glog's `W0608`.
