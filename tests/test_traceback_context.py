@@ -349,3 +349,25 @@ def test_a_broken_pipe_to_a_local_worker_is_a_cascade_not_the_network(tmp_path):
     pipe = analysis.incident.findings.filter(pl.col("line") == 4)
     assert pipe.select("pattern", "role").rows() == [("CTX009", "cascade")]
     assert analysis.verdict.category != "NETWORK"
+
+
+# ultralytics/yolov5#8406 (real lines): a DataLoader finalizer failing at interpreter exit.
+IGNORED_AT_EXIT = """\
+Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f4972feac10>
+Traceback (most recent call last):
+  File "/home/wonchul/anaconda3/lib/python3.8/site-packages/torch/utils/data/dataloader.py", line 1328, in __del__
+  File "/home/wonchul/anaconda3/lib/python3.8/site-packages/torch/utils/data/dataloader.py", line 1262, in _shutdown_workers
+AttributeError: 'NoneType' object has no attribute 'python_exit_status'
+"""
+
+
+def test_a_traceback_python_ignored_is_a_note_not_a_crash(tmp_path):
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text(IGNORED_AT_EXIT)
+    analysis = analyze(tmp_path)
+    failing = analysis.incident.findings.filter(pl.col("severity").is_in(["error", "critical"]))
+    assert failing.is_empty() and analysis.verdict.state != "crashed"
+    # The same traceback without Python's "ignored" line ended the process.
+    (tmp_path / "console.log").write_text(IGNORED_AT_EXIT.split("\n", 1)[1])
+    assert analyze(tmp_path).verdict.state == "crashed"

@@ -19,6 +19,11 @@ Notes:
     The generic finding is then demoted to a symptom (`demote_overridden`).
     A traceback that the log cuts off before its exception line (a pasted excerpt, a
     process killed mid-print) is judged by its frames the same way, citing its last line.
+    Python announces the tracebacks that did not end the process: `Exception ignored in:
+    <function ...__del__>` (a finalizer at garbage collection or interpreter exit) and
+    `Exception in thread NAME:` (a thread other than the main one died; the process went
+    on). Findings inside such a traceback are notes (`demote_nonfatal`): what they broke
+    shows up later in the lines of the process that went on, if anywhere.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ EXCEPTION_LINE = (
     r"(?:^(?:>+ ?)?|\]:?\s?|: )(?:(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)"
     r"|StopIteration|KeyboardInterrupt|SystemExit|(?:_?queue\.)?(?:Full|Empty))(?::\s|\s*$)"
 )
+
+# The line Python prints above a traceback it did not let end the process (sys.unraisablehook;
+# threading.excepthook, which only threads other than the main one reach), after a launcher's prefix if any.
+NONFATAL_HEAD = r"(?:^|\]:?\s?)(?:Exception ignored in\b|Exception in thread \S)"
+TRACEBACK_HEAD = "Traceback (most recent call last)"
 
 # (pattern id, category, title, frames that decide it, generic patterns it overrides, what the
 # exception line must say: None for any exception, or a cut traceback)
@@ -245,3 +255,25 @@ def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, li
     role = pl.when(consequence).then(pl.lit("cascade")).when(demote).then(pl.lit("symptom")).otherwise(pl.col("role"))
     kept = marked.filter(~(consequence & pl.col("_cited").fill_null(False)))
     return kept.with_columns(role=role).drop("_context", "_consequence", "_cited")
+
+
+def demote_nonfatal(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Findings inside a traceback Python printed without ending the process become notes
+    (warning, event): see NONFATAL_HEAD."""
+    if findings.is_empty() or lines.is_empty():
+        return findings
+    ordered = lines.select("file", "line", "block", "text").sort("file", "line")
+    heads = ordered.with_columns(above=pl.col("text").shift(1).over("file")).filter(
+        pl.col("text").str.contains(TRACEBACK_HEAD, literal=True) & pl.col("above").str.contains(NONFATAL_HEAD).fill_null(False)
+    )
+    if heads.is_empty():
+        return findings
+    inside = ordered.join(heads.select("file", "block").unique(), on=["file", "block"], how="semi").select(
+        "file", "line", _nonfatal=pl.lit(True)
+    )
+    marked = findings.join(inside.unique(["file", "line"]), on=["file", "line"], how="left", maintain_order="left")
+    nonfatal = pl.col("_nonfatal").fill_null(False)
+    return marked.with_columns(
+        severity=pl.when(nonfatal).then(pl.lit("warning")).otherwise(pl.col("severity")),
+        role=pl.when(nonfatal).then(pl.lit("event")).otherwise(pl.col("role")),
+    ).drop("_nonfatal")

@@ -6,7 +6,7 @@ from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
 from forensics.passes.native_crashes import classify_native_crashes
 from forensics.passes.stacks import odd_stack_out, stack_waits, what_the_stalled_rank_did
-from forensics.passes.traceback_context import classify_by_frames, demote_overridden, uncaught_exceptions
+from forensics.passes.traceback_context import classify_by_frames, demote_nonfatal, demote_overridden, uncaught_exceptions
 from forensics.steps.common import Progress
 
 
@@ -17,6 +17,7 @@ def traceback_context_pass(incident: Incident, progress: Progress) -> None:
     incident.add_findings(context)
     incident.add_findings(classify_native_crashes(incident.lines, incident.findings))
     incident.add_findings(uncaught_exceptions(incident.lines, incident.findings))
+    incident.findings = demote_nonfatal(incident.findings, incident.lines)
 
 
 def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:
