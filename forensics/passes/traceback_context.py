@@ -19,11 +19,11 @@ Notes:
     The generic finding is then demoted to a symptom (`demote_overridden`).
     A traceback that the log cuts off before its exception line (a pasted excerpt, a
     process killed mid-print) is judged by its frames the same way, citing its last line.
-    Python announces the tracebacks that did not end the process: `Exception ignored in:
-    <function ...__del__>` (a finalizer at garbage collection or interpreter exit) and
-    `Exception in thread NAME:` (a thread other than the main one died; the process went
-    on). Findings inside such a traceback are notes (`demote_nonfatal`): what they broke
-    shows up later in the lines of the process that went on, if anywhere.
+    Python announces the tracebacks it ignored: `Exception ignored in: <function ...__del__>`
+    (a finalizer at garbage collection or interpreter exit). Findings inside such a
+    traceback are notes (`demote_nonfatal`): the process went on. A thread's death
+    (`Exception in thread NAME:`) is not demoted: a DataLoader reader thread that died
+    leaves the training loop waiting, and is the cause of what follows.
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ EXCEPTION_LINE = (
     r"|StopIteration|KeyboardInterrupt|SystemExit|(?:_?queue\.)?(?:Full|Empty))(?::\s|\s*$)"
 )
 
-# The line Python prints above a traceback it did not let end the process (sys.unraisablehook;
-# threading.excepthook, which only threads other than the main one reach), after a launcher's prefix if any.
-NONFATAL_HEAD = r"(?:^|\]:?\s?)(?:Exception ignored in\b|Exception in thread \S)"
+# The line Python's sys.unraisablehook prints above a traceback it ignored, after a launcher's prefix if any.
+NONFATAL_HEAD = r"(?:^|\]:?\s?)Exception ignored in\b"
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 
 # (pattern id, category, title, frames that decide it, generic patterns it overrides, what the
@@ -258,8 +257,7 @@ def demote_overridden(findings: pl.DataFrame, context_findings: pl.DataFrame, li
 
 
 def demote_nonfatal(findings: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    """Findings inside a traceback Python printed without ending the process become notes
-    (warning, event): see NONFATAL_HEAD."""
+    """Findings inside a traceback Python ignored become notes (warning, event): see NONFATAL_HEAD."""
     if findings.is_empty() or lines.is_empty():
         return findings
     ordered = lines.select("file", "line", "block", "text").sort("file", "line")
