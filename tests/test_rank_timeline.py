@@ -60,3 +60,12 @@ def test_ranks_whose_lines_all_share_one_second_draw_no_blank_chart(tmp_path):
     lines = conform(pl.DataFrame({"file": "rank_0.log", "line": [1]}), LINES)
     instant = _ranks(4).with_columns(last_time=pl.col("first_time"))
     assert rank_timeline(instant, lines, tmp_path) is None and not (tmp_path / "ranks.png").exists()
+
+
+def test_the_title_names_the_rank_that_stopped_well_before_the_others():
+    from forensics.report.rank_timeline import first_to_stop
+
+    ranks = _ranks(8)  # rank 5's lines stop 300 s into a 600 s job
+    assert first_to_stop(ranks) == ", rank 5 stopped first (00:05:00)"
+    together = ranks.with_columns(last_time=pl.lit(T0 + timedelta(seconds=600)))
+    assert first_to_stop(together) == ""
