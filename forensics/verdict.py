@@ -355,7 +355,7 @@ FATAL_UNLESS_HUNG = [
 ]
 
 
-def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int]) -> str:
+def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int], waits: frozenset[str] = frozenset()) -> str:
     """How the job ended, from the evidence rather than the category.
 
     crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
@@ -364,7 +364,7 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     NCCL's `-> 2` chain) stands with no hang after it, or an uncaught traceback (cut off before its
     exception line or not) ends a process while nothing shows a hang; hung: collectives timed out or a hang was
     localized while the culprit went quiet, even if the watchdog then aborted everyone, or
-    a stack dump shows processes waiting;
+    a stack dump or a pattern of `waits` (the catalog's flag: resources left pending) shows processes waiting;
     diverged: numerics went bad while the processes kept running; slow: nothing died
     and something was slower than it should be; unknown: none of that is evident.
     """
@@ -389,7 +389,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
     # A traceback the log cuts off before its exception line was still uncaught: its process died.
     traceback_ended = not failures.filter(pl.col("pattern").is_in(list(UNCAUGHT))).is_empty()
-    waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK")  # localized, or dumped while waiting
+    # localized, dumped while waiting, or a line that says the processes wait
+    waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK") | pl.col("pattern").is_in(list(waits))
     hang_evidence = not failures.filter(timed_out | waiting).is_empty()
     if category == Category.NUMERICAL:
         return "crashed" if anyone_died else "diverged"
@@ -631,7 +632,9 @@ def decide(
     summary = top.summary + _cascade_note(findings, top.culprit_ranks, top.category)
     return Verdict(
         category=top.category,
-        state=_state(top.category, ranks, findings, top.culprit_ranks),
+        state=_state(
+            top.category, ranks, findings, top.culprit_ranks, frozenset(pid for pid, p in patterns.items() if getattr(p, "waits", False))
+        ),
         summary=summary,
         confidence=_confidence(hypotheses, patterns),
         culprit_ranks=top.culprit_ranks,

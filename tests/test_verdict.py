@@ -591,3 +591,21 @@ def test_a_deepspeed_teardown_with_no_worker_error_reads_as_a_kill_from_outside(
     (tmp_path / "console.log").write_text("\n".join(before + TEARDOWN) + "\n")
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.state) == (category, "crashed")
+
+
+def test_a_line_that_says_the_processes_wait_makes_a_hang_not_a_crash(tmp_path):
+    """rllm#35 (real lines): Ray's autoscaler status with a placement group no node can hold."""
+    from forensics.flow import analyze
+
+    lines = [
+        "Pending:",
+        " (no pending nodes)",
+        "Usage:",
+        " 0.0/112.0 CPU",
+        " 0.0/1.0 GPU",
+        "Demands:",
+        " {'GPU': 1.0, 'CPU': 1.0} * 8 (STRICT_PACK): 1+ pending placement groups",
+    ]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.state) == ("ENVIRONMENT", "hung")

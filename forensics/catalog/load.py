@@ -45,6 +45,9 @@ class Pattern:
     # The line reports a job-wide quantity (an all-reduced loss, the loss scaler): the
     # rank that happens to print it (rank 0, the last rank) is not a culprit.
     rank_agnostic: bool = False
+    # The line reports processes waiting for something that never comes (resources left pending):
+    # with nothing dying, the job hung.
+    waits: bool = False
     # "specific": a known message. "generic": a family of messages (any `CUDA error: ...`,
     # any out-of-memory wording) that speaks only for lines no specific pattern explains.
     tier: str = "specific"
@@ -120,8 +123,9 @@ def load_pattern(path: Path) -> Pattern:
     if data["severity"] not in {s.value for s in Severity}:
         raise CatalogError(f"{path}: unknown severity {data['severity']!r}")
     examples = data.get("examples", {})
-    if not isinstance(data.get("rank_agnostic", False), bool):
-        raise CatalogError(f"{path}: 'rank_agnostic' must be true or false")
+    for flag in ("rank_agnostic", "waits"):
+        if not isinstance(data.get(flag, False), bool):
+            raise CatalogError(f"{path}: '{flag}' must be true or false")
     if data.get("tier", "specific") not in TIERS:
         raise CatalogError(f"{path}: 'tier' must be one of {', '.join(TIERS)}")
     return Pattern(
@@ -141,6 +145,7 @@ def load_pattern(path: Path) -> Pattern:
         match_examples=_strings(examples, "match", path),
         no_match_examples=_strings(examples, "no_match", path),
         rank_agnostic=data.get("rank_agnostic", False),
+        waits=data.get("waits", False),
         tier=data.get("tier", "specific"),
         path=path,
     )
