@@ -125,3 +125,15 @@ def test_advice_keeps_commands_and_identifiers_pasteable():
 @pytest.mark.parametrize(("seconds", "expected"), [(0, "0 s"), (42.4, "42 s"), (750, "12 min"), (7199, "2 h 0 min"), (9000, "2 h 30 min")])
 def test_duration(seconds, expected):
     assert duration(seconds) == expected
+
+
+def test_advice_makes_the_cluster_tools_commands_code_with_their_flags():
+    from forensics.report.markup import prose
+
+    # Real advice of the catalog (XID048/ECC, XID079, KERN-HOST-OOM).
+    assert prose("Read the ECC and remapping state: nvidia-smi -q -d ECC,ROW_REMAPPER on the host, and dmesg -T for Xid 48, 63") == (
+        "Read the ECC and remapping state: `nvidia-smi -q -d ECC,ROW_REMAPPER` on the host, and `dmesg -T` for Xid 48, 63"
+    )
+    assert prose("Check dmesg for the OOM killer") == "Check `dmesg` for the OOM killer"
+    # A path that merely starts like a command is not one.
+    assert prose("See nvidia-smi/index") == "See nvidia-smi/index"

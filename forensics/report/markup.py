@@ -40,10 +40,17 @@ def cell(value: object, limit: int = MAX_CELL) -> str:
     return _MARKDOWN_SPECIALS.sub(r"\\\1", text).translate(_CELL_ESCAPES)
 
 
+# The cluster tools advice names, with their flags (`nvidia-smi -q -d ECC,ROW_REMAPPER`, `dmesg -T`).
+_COMMAND = (
+    r"(?:nvidia-smi|dmesg|ibstatus|ibstat|ibv_devinfo|py-spy dump|journalctl|dcgmi diag|lspci|ulimit)"
+    r"(?: -{1,2}[A-Za-z][\w-]*(?: (?:[A-Z][A-Z_,]*[A-Z]|\d+)\b)?)*(?![\w/-])"
+)
 # Tokens a reader pastes: ENV=value settings (`NCCL_DEBUG_SUBSYS=INIT,NET`), identifiers with an underscore
-# or a dotted path, and sequence numbers (`#1183`, which a markdown escape would turn into `\#1183`).
+# or a dotted path, the commands above, and sequence numbers (`#1183`, which a markdown escape would turn into `\#1183`).
 _PASTABLE = re.compile(
-    r"(?<![\w`])(?:#\d+\b|[A-Z][A-Z0-9_]*=[^\s;()]+?(?=[\s;()]|[,.]?(?:\s|$))|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\([^()\s]*\)|=[^\s,;()]+)?)(?![\w`])"
+    r"(?<![\w`])(?:(?<!-)"
+    + _COMMAND
+    + r"|#\d+\b|[A-Z][A-Z0-9_]*=[^\s;()]+?(?=[\s;()]|[,.]?(?:\s|$))|[A-Za-z_][\w]*(?:[._][\w]+)*_[\w.]*(?:\([^()\s]*\)|=[^\s,;()]+)?)(?![\w`])"
 )
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
@@ -51,8 +58,9 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 def prose(value: object, limit: int = 400) -> str:
     """A sentence of advice: markdown-safe, with commands and identifiers as code spans.
 
-    Backtick spans in the text stay code; bare `ENV=value` settings and identifiers with
-    underscores become code spans too, so they paste exactly (never `expandable\\_segments`).
+    Backtick spans in the text stay code; bare `ENV=value` settings, identifiers with
+    underscores and the cluster tools' commands with their flags (_COMMAND) become code spans
+    too, so they paste exactly (never `expandable\\_segments`).
     """
     text = inert(value)
     if len(text) > limit:
