@@ -15,6 +15,15 @@ from forensics.schema import LINES, Category, conform
 from forensics.verdict import decide
 from tests.conftest import findings_frame
 
+
+def _verdict_of(tmp_path, lines: list[str]):
+    """The verdict of a console.log holding `lines`, analyzed end to end."""
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    return analyze(tmp_path).verdict
+
+
 T0 = datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC)
 OOM = "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB. GPU 5 has a total capacity of 79.10 GiB of which 364.31 MiB is free."
 WATCHDOG = "[rank{r}]:[E101 10:10:00.715298746 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7753, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600061 milliseconds before timing out."
@@ -540,26 +549,20 @@ def test_horovod_s_wording_of_nccl_s_system_error_is_a_network_failure(tmp_path,
     ],
 )
 def test_an_error_with_a_cause_ends_the_job_unless_the_ranks_then_hung(tmp_path, lines, category, state):
-    from forensics.flow import analyze
-
-    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
-    verdict = analyze(tmp_path).verdict
+    verdict = _verdict_of(tmp_path, lines)
     assert (verdict.category, verdict.state) == (category, state)
 
 
 def test_a_launcher_s_failure_summary_alone_is_a_crash_of_unknown_cause(tmp_path):
     """A torchrun failure table whose rows were pasted without their layout (AMVUR#2): no exit
     code can be read, but torchrun raises ChildFailedError only when a worker failed."""
-    from forensics.flow import analyze
-
     lines = [
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
         "experiments/supervised HO3D V2.py FAILED",
         "Failures:",
         "<NO OTHER FAILURES>",
     ]
-    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
-    verdict = analyze(tmp_path).verdict
+    verdict = _verdict_of(tmp_path, lines)
     assert (verdict.category, verdict.state) == ("UNKNOWN", "crashed")
     assert verdict.first_failure is not None and verdict.first_failure["line"] in (1, 2)
 
@@ -586,17 +589,12 @@ TEARDOWN = [
     ids=["teardown alone", "after a worker's own error"],
 )  # fmt: skip
 def test_a_deepspeed_teardown_with_no_worker_error_reads_as_a_kill_from_outside(tmp_path, before, category):
-    from forensics.flow import analyze
-
-    (tmp_path / "console.log").write_text("\n".join(before + TEARDOWN) + "\n")
-    verdict = analyze(tmp_path).verdict
+    verdict = _verdict_of(tmp_path, before + TEARDOWN)
     assert (verdict.category, verdict.state) == (category, "crashed")
 
 
 def test_a_line_that_says_the_processes_wait_makes_a_hang_not_a_crash(tmp_path):
     """rllm#35 (real lines): Ray's autoscaler status with a placement group no node can hold."""
-    from forensics.flow import analyze
-
     lines = [
         "Pending:",
         " (no pending nodes)",
@@ -606,6 +604,5 @@ def test_a_line_that_says_the_processes_wait_makes_a_hang_not_a_crash(tmp_path):
         "Demands:",
         " {'GPU': 1.0, 'CPU': 1.0} * 8 (STRICT_PACK): 1+ pending placement groups",
     ]
-    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
-    verdict = analyze(tmp_path).verdict
+    verdict = _verdict_of(tmp_path, lines)
     assert (verdict.category, verdict.state) == ("ENVIRONMENT", "hung")
