@@ -1,8 +1,11 @@
-"""Stack dumps of live processes (py-spy, faulthandler) say what each thread was waiting in."""
+"""Stack dumps of live processes (py-spy, faulthandler, gdb) say what each thread was waiting in."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
+import pytest
 
 from forensics.flow import analyze
 from forensics.passes.stacks import stack_waits, what_the_stalled_rank_did
@@ -187,3 +190,53 @@ def test_a_dump_read_through_a_spaceless_rank_prefix_is_still_threads_waiting_an
     patterns = analysis.incident.findings["pattern"].to_list()
     assert "STACK003" in patterns and "EXC002" not in patterns
     assert analysis.verdict.state == "hung"
+
+
+FORMATS = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "expected"),
+    [
+        ("gdb_nccl901_launch_blocked_in_group_end", [("STACK003", 18)]),  # cudaLaunchKernel under ncclGroupEndInternal
+        ("gdb_nccl899_node0_group_end", [("STACK003", 12)]),  # a driver lock under ncclGroupEnd
+        ("gdb_nccl901_main_thread_stream_sync", [("STACK005", 7)]),  # forward() waits in cudaStreamSynchronize
+        ("gdb_nccl829_comm_abort_stream_sync", [("STACK005", 12)]),  # an abort is no collective; it waits for the GPU
+    ],
+)
+def test_a_real_gdb_backtrace_says_what_each_thread_waited_in(fixture, expected):
+    findings = analyze(FORMATS / fixture).incident.findings
+    assert findings.filter(pl.col("pattern").str.starts_with("STACK")).select("pattern", "line").rows() == expected
+
+
+def test_gdb_threads_are_one_block_each_and_the_blank_line_between_them_ends_one():
+    lines = analyze(FORMATS / "gdb_nccl829_comm_abort_stream_sync").incident.lines
+    blocks = lines.filter(pl.col("text") != "").group_by("block").agg(pl.col("line").min().alias("first"), pl.len()).sort("first")
+    assert blocks.rows() == [(1, 1, 16), (18, 18, 3)]  # `Thread 58` with its 15 frames; `Thread 1` (no colon) with its 2
+
+
+GDB_IN_GROUP_END = (FORMATS / "gdb_nccl899_node0_group_end" / "gdb_bt.txt").read_text().splitlines()[2:]
+GDB_ON_THE_GPU = (FORMATS / "gdb_nccl901_main_thread_stream_sync" / "gdb_bt.txt").read_text().splitlines()
+GDB_LOCK_WAIT = [  # pytorch/pytorch#4679: the main thread of a process stuck on a lock
+    "Thread 1 (Thread 0x7f55b2b2f700 (LWP 3511)):",
+    "#0  __lll_lock_wait () at ../nptl/sysdeps/unix/sysv/linux/x86_64/lowlevellock.S:136",
+    "#1  0x00007f55b377b022 in _L_lock_1027 () from /home/zhangruiqing01/tools/glibc_high/glibc2.14/glibc_2_14/lib/libpthre",
+]
+
+
+def test_of_gdb_dumps_per_rank_the_one_neither_in_a_collective_nor_on_the_gpu_is_the_odd_one_out(incident):
+    dumps = {
+        "gdb/rank0.txt": GDB_IN_GROUP_END,
+        "gdb/rank1.txt": GDB_IN_GROUP_END,
+        "gdb/rank2.txt": GDB_LOCK_WAIT,
+        "gdb/rank3.txt": GDB_ON_THE_GPU,
+    }
+    analysis = analyze(incident({name: "\n".join(text) + "\n" for name, text in dumps.items()}))
+    findings = analysis.incident.findings
+    assert findings.filter(pl.col("pattern") == "STACK004").select("rank", "line").rows() == [(2, 2)]
+    assert (analysis.verdict.category, analysis.verdict.culprit_ranks, analysis.verdict.state) == ("COLLECTIVE_TIMEOUT", [2], "hung")
+    # A rank waiting on its GPU may be in the same collective, seen from the device: with rank 2 in
+    # the collective too, no rank stands out.
+    dumps["gdb/rank2.txt"] = GDB_IN_GROUP_END
+    again = analyze(incident({name: "\n".join(text) + "\n" for name, text in dumps.items()}))
+    assert again.incident.findings.filter(pl.col("pattern") == "STACK004").is_empty()

@@ -65,9 +65,10 @@ NCCL_HOST = r"([^\s:\[\]]+):\d+:\d+ (?:\[\d+\] )?(?:\S+:\d+(?: \([^)]*\))? )?NCC
 # `File "…", line N` frame whatever its indent, none included: `[rank0]:  File` loses one space
 # to the prefix, a paste may lose them all;
 # Megatron's ` iteration N/ M |` lines start with a single space and are not frames),
-# C++ stacks, chained-exception notes, and PyTorch's fixed CUDA-error boilerplate.
+# C++ stacks (`frame #3: ...`, gdb's `#3  0x… in func (...)`), chained-exception notes, and
+# PyTorch's fixed CUDA-error boilerplate.
 CONTINUATION = (
-    r"^(?:(?:  |\t)\s*\S|\s*File \"[^\"]+\", line \d+|frame #\d+|Exception raised from |During handling of the above|The above exception"
+    r"^(?:(?:  |\t)\s*\S|\s*File \"[^\"]+\", line \d+|frame #\d+|#\d+ +(?:0x[0-9a-fA-F]+ in |[^\s(]+ ?\()|Exception raised from |During handling of the above|The above exception"
     r"|CUDA kernel errors might be asynchronously|For debugging consider passing|Compile with `?TORCH_USE_CUDA_DSA)"
 )
 # After these, even a plain line stays in the block (the exception line that ends a Python

@@ -8,13 +8,18 @@ FRAME = r'File "[^"]+", line \d+'
 # Both may follow a launcher's `[rank3]:` / `[default3]:` prefix.
 # The header of one thread in a live dump: py-spy `Thread 120142 (idle): "MainThread"` (older
 # py-spy `Thread 0x7FA6E7C01740 (idle): "MainThread"`),
-# faulthandler `Thread 0x00007f… (most recent call first):` / `Current thread 0x… (…):`.
+# faulthandler `Thread 0x00007f… (most recent call first):` / `Current thread 0x… (…):`,
+# gdb's `thread apply all bt` `Thread 4 (Thread 0x7fd09a759000 (LWP 3913167) "cuda00006000019"):`.
 THREAD_HEADER = (
     r"(?:^|\]:)\s*(?:Thread (?:\d+|0x[0-9a-fA-F]+) \(\w+\)(?:: \"[^\"]*\")?"
-    r"|(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):)\s*$"
+    r"|(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"
+    r"|Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)(?: \"[^\"]*\")?\):?)\s*$"
 )
-# A frame line of either dumper: py-spy `    func (file.py:12)`, faulthandler `  File "file.py", line 12 in func`.
-STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \S+)\s*$"
+# A gdb backtrace frame: `#5  0x00007fd4dbc6ba38 in cudaStreamSynchronize () from /usr/lib/libcudart.so`,
+# an inlined one without its address `#15 groupLaunch (job_=<optimized out>) at group.cc:325`.
+GDB_FRAME = r"^#\d+ +(?:0x[0-9a-fA-F]+ in )?[^\s(]+ ?\("
+# A frame line of any dumper: py-spy `    func (file.py:12)`, faulthandler `  File "file.py", line 12 in func`, gdb's.
+STACK_FRAME = r"(?:^|\]:)\s+(?:\S+ \([^()]+:\d+\)|File \"[^\"]+\", line \d+ in \S+)\s*$|" + GDB_FRAME
 
 # Checkpoint I/O, never activation checkpointing (torch/utils/checkpoint.py, checkpoint_wrapper):
 # torch's own modules, the frameworks' checkpoint modules (mmengine's CheckpointHook, Composer's

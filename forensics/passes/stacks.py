@@ -1,24 +1,30 @@
-"""Where a live process was waiting: py-spy dumps and faulthandler stacks.
+"""Where a live process was waiting: py-spy, faulthandler and gdb stack dumps.
 
 Notes:
     A stack dump is taken of a job that hangs (py-spy dump, faulthandler on SIGTERM or
-    SIGUSR1, `dump_traceback_later`). Each thread's block opens with a header — py-spy
-    `Thread 120142 (idle): "MainThread"`, faulthandler `Thread 0x00007f… (most recent call
-    first):` or `Current thread 0x…` — and lists its frames most recent first: py-spy
-    `    func (path.py:123)`, faulthandler `  File "path.py", line 123 in func`. The line
-    splitter already groups a header with its indented frames into one block.
+    SIGUSR1, `dump_traceback_later`, gdb's `thread apply all bt`). Each thread's block opens
+    with a header — py-spy `Thread 120142 (idle): "MainThread"`, faulthandler `Thread
+    0x00007f… (most recent call first):` or `Current thread 0x…`, gdb `Thread 1 (Thread 0x…
+    (LWP 496116)):` — and lists its frames most recent first: py-spy `    func (path.py:123)`,
+    faulthandler `  File "path.py", line 123 in func`, gdb `#5  0x… in func () from lib.so`.
+    The line splitter already groups a header with its frames into one block.
     A thread's frames say what it waited for, first matching context wins:
     - STACK001 (DATA_PIPELINE, initiating): waiting for a DataLoader batch, or in the
       `__next__` of a framework's data iterator; the workers are stuck or dead and the
       step cannot start;
     - STACK002 (CHECKPOINT_IO, initiating): inside checkpoint save/load code;
-    - STACK003 (COLLECTIVE_TIMEOUT, cascade): waiting in a collective or barrier, which
-      is what the victims of a hang do while they wait for the one rank that is not there.
+    - STACK003 (COLLECTIVE_TIMEOUT, cascade): waiting in a collective or barrier (Python's
+      torch.distributed, or natively an NCCL entry point or c10d's collective calls), which
+      is what the victims of a hang do while they wait for the one rank that is not there;
+    - STACK005 (UNKNOWN, symptom): waiting in a CUDA synchronize call, the host done and
+      the GPU not: a kernel that does not end. Which kernel a stack cannot say (a collective
+      kernel spinning for its peer looks the same), so it names no cause.
     One finding per (file, rank, context), citing the deciding frame of the first such thread.
     `odd_stack_out`: when at least two ranks' dumps wait in a collective (STACK003) and
-    exactly one other dumped rank does not, that rank is what they wait for (STACK004,
-    COLLECTIVE_TIMEOUT, initiating), citing the top frame of its main thread (faulthandler's
-    `Current thread`, py-spy's `MainThread`).
+    exactly one other dumped rank waits in neither a collective nor a GPU synchronize
+    (STACK005 may be the same collective seen from the GPU), that rank is what they wait
+    for (STACK004, COLLECTIVE_TIMEOUT, initiating), citing the top frame of its main thread
+    (faulthandler's `Current thread`, py-spy's `MainThread`, gdb's `Thread 1`).
     `what_the_stalled_rank_did`: a rank that hang localization blamed (HANG00x: it never
     reached the collective the others waited in) and whose own dump shows it waiting for
     data or inside checkpoint code stalled for that reason: its HANG finding takes the
@@ -55,7 +61,21 @@ WAITS = [
         "COLLECTIVE_TIMEOUT",
         "cascade",
         "Stack dump: a thread was waiting in a collective or barrier",
-        r"torch/distributed/distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|barrier|monitored_barrier)\b.*torch/distributed",
+        r"torch/distributed/distributed_c10d\.py|\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast|barrier|monitored_barrier)\b.*torch/distributed"
+        # native: an NCCL entry point, or c10d's collective and wait calls (never its watchdog thread)
+        r"|\bnccl(?:AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|Send|Recv|GroupEnd)\w* ?\("
+        r"|\bc10d::\w+::(?:allreduce|allgather|_allgather_base|broadcast|reduce_scatter|_reduce_scatter_base|barrier|alltoall\w*)\b"
+        r"|\bc10d::\w+::Work\w*::wait\b",
+    ),
+    (
+        "STACK005",
+        "UNKNOWN",
+        "symptom",
+        "Stack dump: the host thread was waiting for the GPU to finish its queued work, a hang on the GPU side",
+        # The host side is done; a kernel that does not end (often a collective kernel whose peer
+        # never joined) holds it there: CUDA's synchronize calls, torch.cuda.synchronize.
+        r"\bcu(?:da)?(?:Stream|Device|Event|Ctx)Synchronize\b|\bsynchronize \(\S*torch/cuda/__init__\.py:\d+\)"
+        r"|torch/cuda/__init__\.py\", line \d+ in synchronize\b",
     ),
 ]
 STREAM = ["file", "rank", "block"]
@@ -97,11 +117,12 @@ def odd_stack_out(lines: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     headers = lines.filter(pl.col("text").str.contains(THREAD_HEADER) & pl.col("rank").is_not_null())
     dumped = headers["rank"].unique()
     waiting = waits.filter((pl.col("pattern") == "STACK003") & pl.col("rank").is_not_null())["rank"].unique()
-    odd = dumped.filter(~dumped.is_in(waiting.implode()))
+    on_gpu = waits.filter((pl.col("pattern") == "STACK005") & pl.col("rank").is_not_null())["rank"].unique()
+    odd = dumped.filter(~dumped.is_in(waiting.implode()) & ~dumped.is_in(on_gpu.implode()))
     if waiting.len() < 2 or odd.len() != 1:
         return empty(FINDINGS)
     rank = odd[0]
-    main_first = pl.col("text").str.contains("Current thread|MainThread").not_()  # main thread's block sorts first
+    main_first = pl.col("text").str.contains(r"Current thread|MainThread|^Thread 1 \(").not_()  # main thread's block sorts first
     block = headers.filter(pl.col("rank") == rank).sort(main_first, "file", "line").head(1).select("file", "block", "rank")
     top = lines.join(block, on=["file", "block", "rank"], how="semi").filter(pl.col("text").str.contains(STACK_FRAME)).sort("line").head(1)
     found = top.with_columns(
