@@ -38,6 +38,7 @@ PASSES: list[Step] = [
     Step("stack-dumps", exceptions.stack_dump_pass),
     Step("collective-mismatch", exceptions.collective_mismatch_pass),
     Step("fabric", collectives.fabric_pass),
+    Step("nccl-ras", collectives.nccl_ras_pass),
     Step("hang", collectives.hang_pass),
     Step("stalled-rank", exceptions.stalled_rank_pass),
     Step("busy-rank", collectives.busy_rank_pass),

@@ -364,7 +364,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     NCCL's `-> 2` chain) stands with no hang after it, or an uncaught traceback (cut off before its
     exception line or not) ends a process while nothing shows a hang; hung: collectives timed out or a hang was
     localized while the culprit went quiet, even if the watchdog then aborted everyone, or
-    a stack dump or a pattern of `waits` (the catalog's flag: resources left pending) shows processes waiting;
+    a stack dump, an NCCL RAS report of missing or lagging ranks, or a pattern of `waits` (the catalog's
+    flag: resources left pending) shows processes waiting;
     diverged: numerics went bad while the processes kept running; slow: nothing died
     and something was slower than it should be; unknown: none of that is evident.
     """
@@ -389,8 +390,8 @@ def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits:
     anyone_died = culprit_died or not failures.filter(dying).is_empty()
     # A traceback the log cuts off before its exception line was still uncaught: its process died.
     traceback_ended = not failures.filter(pl.col("pattern").is_in(list(UNCAUGHT))).is_empty()
-    # localized, dumped while waiting, or a line that says the processes wait
-    waiting = pl.col("pattern").str.starts_with("HANG") | pl.col("pattern").str.starts_with("STACK") | pl.col("pattern").is_in(list(waits))
+    # localized, dumped while waiting, seen waiting by NCCL RAS, or a line that says the processes wait
+    waiting = pl.col("pattern").str.contains("^(?:HANG|STACK|RAS)") | pl.col("pattern").is_in(list(waits))
     hang_evidence = not failures.filter(timed_out | waiting).is_empty()
     if category == Category.NUMERICAL:
         return "crashed" if anyone_died else "diverged"
