@@ -379,3 +379,26 @@ def test_every_rank_but_0_timing_out_in_one_collective_past_the_first_names_rank
     (tmp_path / "console.log").write_text("\n".join(_watchdog(r, seq) for r in ranks) + "\n")
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", culprits)
+
+
+# NVIDIA/nccl#1730: rank 118's real `failure detected by watchdog` line (enqueued 2398578, completed
+# 2398458); its peers' lines are the same format with the numbers a rank ahead of it would log.
+def _detected(rank: int, enqueued: int, completed: int) -> str:
+    return (
+        f"[rank{rank}]:[E603 17:48:01.005538748 ProcessGroupNCCL.cpp:2268] [PG ID 0 PG GUID 0(default_pg) Rank {rank}]  "
+        f"failure detected by watchdog at work sequence id: {completed + 1} PG status: last enqueued work: {enqueued}, "
+        f"last completed work: {completed}"
+    )
+
+
+@pytest.mark.parametrize(
+    "enqueued, side",
+    [(2398578, "held up on the GPU: it issued up to #2398578, but #2398459 never finished"), (2398458, "held up on the host")],
+    ids=["issued, not finished: GPU side", "never issued: host side"],
+)
+def test_the_lagging_rank_is_said_to_be_held_up_on_the_host_or_on_the_gpu(tmp_path, enqueued, side):
+    lines = [_detected(118, enqueued, 2398458), _detected(3, 2398578, 2398459), _detected(7, 2398578, 2398459)]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", [118])
+    assert side in verdict.summary

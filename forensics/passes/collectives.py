@@ -181,11 +181,23 @@ def _lagging(state: pl.DataFrame) -> list[tuple[int, str, dict]]:
             if behind.height > others.height or (behind.height == others.height and known.height > 2):
                 continue  # the laggards must be the few: a majority "behind" means the few are ahead
             ahead = others[col].mode().min()
-            for rank in behind["rank"].to_list():
+            enqueued = behind["last_enqueued"] if "last_enqueued" in behind.columns else pl.Series([None] * behind.height)
+            for rank, own_enqueued in zip(behind["rank"].to_list(), enqueued.to_list(), strict=True):
                 out.append((rank, pg[0], {"field": col, "lagging_seq": low, "others_seq": ahead,
-                                           "ranks_ahead": others.height}))  # fmt: skip
+                                           "ranks_ahead": others.height, "own_enqueued": own_enqueued}))  # fmt: skip
             break
     return out
+
+
+def _side(lagging: dict) -> str:
+    """Where the lagging rank was held up: the host never issued the next collective, or the
+    GPU never finished one the host had issued (enqueued past completed). Empty when unknown."""
+    enqueued, seq = lagging.get("own_enqueued"), lagging["lagging_seq"]
+    if lagging["field"] == "last_enqueued" or enqueued == seq:
+        return " (held up on the host: it never issued the next one)"
+    if enqueued is not None and enqueued > seq:
+        return f" (held up on the GPU: it issued up to #{enqueued}, but #{seq + 1} never finished)"
+    return ""
 
 
 def _silent(state: pl.DataFrame, ranks_seen: list[int], world: int | None) -> tuple[list[int], list[int], list[int]]:
@@ -393,7 +405,7 @@ def localize_hang(
               Role.INITIATING, rank, ev,
               f"rank {rank} last {what} work #{d['lagging_seq']} in PG {pg} while {d['ranks_ahead']} other "
               f"{'rank' if d['ranks_ahead'] == 1 else 'ranks'} "
-              f"reached #{d['others_seq']}: the others were waiting for it",
+              f"reached #{d['others_seq']}: the others were waiting for it{_side(d)}",
               {"pg": pg, "reason": f"lowest {d['field']}", **d})  # fmt: skip
 
     # A job of one rank (NCCL itself says every communicator has one) has no one else to wait for:
