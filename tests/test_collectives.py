@@ -402,3 +402,33 @@ def test_the_lagging_rank_is_said_to_be_held_up_on_the_host_or_on_the_gpu(tmp_pa
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", [118])
     assert side in verdict.summary
+
+
+# Real lines of ranks that gave up fetching rank 0's NCCL unique id: pytorch/pytorch#131781 (rank 0's
+# store gone), hiyouga/LlamaFactory#2470 (pdsh host prefix), pytorch/pytorch#82091 (older spelling).
+UNIQUE_ID_WAITS = [
+    "[rank15]: torch.distributed.DistBackendError: [15] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d "
+    "key-value store by key '0', but store->get('0') got error: Connection reset by peer",
+    "gpu004: RuntimeError: [14] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', "
+    "but store->get('0') got error: Connection reset by peer. This may indicate a possible application crash on rank 0 or a network set up issue.",
+    "RuntimeError: [2] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value store by key '0', "
+    "but store->get('0') got error: Socket Timeout",
+]
+
+
+@pytest.mark.parametrize("line", UNIQUE_ID_WAITS, ids=["rank prefix", "host prefix", "old spelling"])
+def test_a_rank_that_gave_up_on_the_nccl_unique_id_names_the_rank_that_never_published_it(tmp_path, line):
+    (tmp_path / "console.log").write_text(line + "\n")
+    analysis = analyze(tmp_path)
+    assert analysis.incident.findings.filter(pl.col("pattern") == "HANG008")["rank"].to_list() == [0]
+    assert (analysis.verdict.category, analysis.verdict.culprit_ranks) == ("COLLECTIVE_TIMEOUT", [0])
+
+
+def test_rank_0_s_own_error_is_the_cause_the_unique_id_wait_only_points_to_it(tmp_path):
+    oom = (
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB. GPU 0 has a total capacity of 79.10 GiB "
+        "of which 364.31 MiB is free."
+    )
+    (tmp_path / "console.log").write_text("\n".join([oom, UNIQUE_ID_WAITS[0]]) + "\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("CUDA_OOM", [0])

@@ -46,7 +46,7 @@ COLLECTIVES: dict[str, pl.DataType] = {
 KINDS = (
     "watchdog_timeout", "failure_detected", "last_work_status", "heartbeat_stuck", "desync_report",
     "blocking_wait_timeout", "dump_signal", "gloo_timeout", "watchdog_terminated", "remote_error",
-    "nccl_error", "terminating", "stall_report",
+    "nccl_error", "terminating", "stall_report", "unique_id_wait",
 )  # fmt: skip
 
 EXITS: dict[str, pl.DataType] = {
@@ -72,6 +72,7 @@ _CANDIDATE_LITERALS = [
     "async exception", "NCCL error in:", "Terminating the process",
     "lagging", "didn't", "ranks:", "] started ", "] finished ",  # desync report lines
     "[missing ranks: ", "[ready ranks: ",  # Horovod's stall report, before 0.21 (and before 0.16)
+    "ncclUniqueId from [",  # a rank that gave up waiting for another's NCCL unique id
 ]  # fmt: skip
 _CANDIDATE = "|".join(re.escape(literal) for literal in _CANDIDATE_LITERALS)
 _WORK = (
@@ -102,6 +103,7 @@ def _kind(text: pl.Expr) -> pl.Expr:
         ("heartbeat_stuck", r"watchdog got stuck for|Heartbeat monitor timed out"),
         ("dump_signal", r"Received a dump signal|flight recorder dump signal from another rank"),
         ("stall_report", r"\[(?:missing|ready) ranks: \d"),
+        ("unique_id_wait", r"retr(?:ie|ei)ving ncclUniqueId from \[\d+\]"),  # older PyTorch spells it `retreiving`
         (
             "desync_report",
             r"Timeout at collective: |lagging ranks|joined but didn't finish|didn't join collective|started ranks:|finished ranks:|\] (?:started|finished) \w+\s*$",
@@ -150,6 +152,7 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
         rank=pl.coalesce(
             text.str.extract(r"\[rank(\d+)\]:").cast(pl.Int32, strict=False),
             "rank",
+            text.str.extract(r"\[(\d+)\] is setting up NCCL communicator").cast(pl.Int32, strict=False),
             pl.col("rank").drop_nulls().first().over(["file", "block"]),
         )
     )
@@ -176,7 +179,9 @@ def parse_collectives(lines: pl.DataFrame) -> pl.DataFrame:
         _ints(text, r"\[missing ranks: ((?:\d+, )*\d+)\]"),
         _not_ready(text),
         _ints(text, _RANK_LIST + r" (?:joined but didn't finish|finished collective|started|finished) "),
-        _ints(text, r"(?:remote error detected from rank:? ?|dump signal due to a collective timeout from +rank )(\d+)"),
+        _ints(
+            text, r"(?:remote error detected from rank:? ?|dump signal due to a collective timeout from +rank |ncclUniqueId from \[)(\d+)"
+        ),
     )
     detail = (
         pl.when(pl.col("kind") == "desync_report").then(desync_detail)

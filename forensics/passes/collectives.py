@@ -20,6 +20,9 @@ Notes:
       shape or dtype on some ranks (watchdog lines, desync snapshot, FR entries).
     - NCCLNET001 network: an NCCL transport WARN (IB completion error, async event,
       socket failure) before or during the timeouts names the rank whose link failed.
+    - HANG008 unique id: a rank gave up fetching the NCCL unique id that another rank
+      publishes in the c10d store when a communicator is set up; the rank it names never
+      published it (still busy before its first collective, or dead).
     - HANG003 first exit: the worker torchrun saw fail first, when one is strictly
       first and did not die of the watchdog's own abort (SIGABRT). A weak signal: the
       table's "root cause" is only the first failure the agent *noticed*.
@@ -82,6 +85,10 @@ FR_MISMATCHES: dict[str, pl.DataType] = {
 
 def _reporter(rank: int | None) -> str:
     return "an untagged line" if rank is None else f"from rank {rank}"
+
+
+def _waiter(rank: int | None) -> str:
+    return "a rank" if rank is None else f"rank {rank}"
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
@@ -452,6 +459,19 @@ def localize_hang(
               Role.INITIATING, rank, row,
               f"{'Horovod stall' if horovod else 'desync'} report ({_reporter(row['rank'])}): rank {rank} {what} {where}",
               {"reason": row["detail"], "seq": row["seq"], "reported_by": row["rank"], "pg_rank": not horovod})  # fmt: skip
+
+    # A rank setting up its communicator fetches the NCCL unique id that rank 0 of the group publishes
+    # in the c10d store; a rank that gave up waiting names the one that never published it.
+    waited_for = collectives.filter(pl.col("kind") == "unique_id_wait").explode("ranks_named")
+    for row in waited_for.unique("ranks_named", keep="first", maintain_order=True).iter_rows(named=True):
+        rank = row["ranks_named"]
+        if rank is None or rank == row["rank"]:
+            continue
+        blame("HANG008", "Rank whose NCCL unique id the others waited for", Category.COLLECTIVE_TIMEOUT, Severity.CRITICAL,
+              Role.INITIATING, rank, row,
+              f"{_waiter(row['rank'])} gave up waiting for rank {rank} to publish its NCCL unique id in the c10d store: "
+              f"rank {rank} never set up its communicator (still busy before its first collective, or dead)",
+              {"reason": "unique_id_wait", "reported_by": row["rank"]})  # fmt: skip
 
     for rank, pg, seq, d in _op_mismatches(collectives):
         ev = collectives.filter((pl.col("rank") == rank) & (pl.col("seq") == seq)).head(1)
