@@ -371,3 +371,30 @@ def test_a_traceback_python_ignored_is_a_note_not_a_crash(tmp_path):
     # The same traceback without Python's "ignored" line ended the process.
     (tmp_path / "console.log").write_text(IGNORED_AT_EXIT.split("\n", 1)[1])
     assert analyze(tmp_path).verdict.state == "crashed"
+
+
+# Real tracebacks of a checkpoint lacking the key the code reads: karpathy/llama2.c#148,
+# maudzung/SFA3D#48, jfzhang95/pytorch-video-recognition#10, YBIGTA/pytorch-hair-segmentation#30.
+MISSING_KEYS = [
+    ["Traceback (most recent call last):", '  File "train.py", line 183, in <module>',
+     '    optimizer.load_state_dict(checkpoint["optimizer"])', "KeyError: 'optimizer'"],
+    ["Traceback (most recent call last):", '  File "train.py", line 281, in <module>', "    main()",
+     '  File "train.py", line 67, in main', "    main_worker(configs.gpu_idx, configs)", '  File "train.py", line 132, in main_worker',
+     "    optimizer.load_state_dict(utils_state_dict['optimizer'])", "KeyError: 'optimizer'"],
+    ["Traceback (most recent call last):", '  File "inference.py", line 77, in <module>', "    main()",
+     '  File "inference.py", line 32, in main', "    model.load_state_dict(checkpoint['state_dict'])", "KeyError: 'state_dict'"],
+    ["Traceback (most recent call last):", '  File "E:/Project/hair_segmentation/evaluate.py", line 55, in <module>',
+     "    net.load_state_dict(state['weight'])", "KeyError: 'weight'"],
+]  # fmt: skip
+
+
+def test_a_key_error_reading_a_loaded_checkpoint_is_checkpoint_io(incident):
+    from forensics.flow import analyze
+
+    for traceback in MISSING_KEYS:
+        analysis = analyze(incident({"train.log": "\n".join(traceback) + "\n"}))
+        assert analysis.incident.findings.select("pattern", "line").rows() == [("CTX010", len(traceback))], traceback
+        assert analysis.verdict.category == "CHECKPOINT_IO"
+    # The same exception looking up anything else says nothing about checkpoints.
+    other = [*MISSING_KEYS[2][:4], "    label = class_names[predicted]", "KeyError: 'state_dict'"]
+    assert analyze(incident({"train.log": "\n".join(other) + "\n"})).incident.findings["pattern"].to_list() == ["EXC001"]

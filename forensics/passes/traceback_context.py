@@ -17,6 +17,9 @@ Notes:
     pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
     device` raised from a multiprocessing SemLock is /dev/shm, not checkpoint storage.
     The generic finding is then demoted to a symptom (`demote_overridden`).
+    A `KeyError: 'optimizer'` raised where the code reads a loaded checkpoint (its innermost
+    source line `optimizer.load_state_dict(checkpoint["optimizer"])`) is a checkpoint that
+    lacks what the code expects (`missing_checkpoint_keys`).
     A traceback that the log cuts off before its exception line (a pasted excerpt, a
     process killed mid-print) is judged by its frames the same way, citing its last line.
     Python announces the tracebacks it ignored: `Exception ignored in: <function ...__del__>`
@@ -111,7 +114,7 @@ CONTEXTS = [
 CONSEQUENCES = {"CTX006", "CTX009"}
 # Findings that cite a Python traceback nobody caught (its exception line, or its last line where
 # the log cuts it off): the process that printed it died of it.
-UNCAUGHT = frozenset({pattern for pattern, *_ in CONTEXTS} - CONSEQUENCES | {"EXC001", "EXC002"})
+UNCAUGHT = frozenset({pattern for pattern, *_ in CONTEXTS} - CONSEQUENCES | {"EXC001", "EXC002", "CTX010"})
 
 
 STREAM = ["file", "block", "rank"]
@@ -193,6 +196,39 @@ def classify_by_frames(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFr
     deepest_first = pl.concat(hits).sort(["frame_line", "order"], descending=[True, False])
     result = deepest_first.collect().unique(["file", "line"], keep="first", maintain_order=True).sort("file", "line")
     return conform(result, FINDINGS)
+
+
+# The innermost lines of a traceback that read a loaded checkpoint: a `load_state_dict` call (or
+# torch's own frame `in load_state_dict`), or a key looked up in a dict named for one
+# (`checkpoint["optimizer"]`, `latest_state['net']`, `ckpt['model']`).
+CHECKPOINT_READ = r"(?i)\bload_state_dict\b|\b\w*(?:ckpt|checkpoint|state_dict|state)\w*\s*\[\s*['\"]"
+
+
+def missing_checkpoint_keys(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:
+    """CTX010: an unexplained `KeyError: 'name'` whose innermost frame or source line reads a
+    loaded checkpoint: the file lacks what the code expects (weights saved without the optimizer,
+    a bare state dict where a training snapshot was expected, another version's layout)."""
+    if lines.is_empty():
+        return empty(FINDINGS)
+    text = pl.col("text")
+    scoped = _tracebacks(lines).with_columns(
+        _above=pl.concat_str(text.shift(2), text.shift(1), separator="\n").over(STREAM, order_by="line")
+    )
+    found = (
+        _endings(scoped)
+        .filter(~pl.col("cut") & text.str.contains(r"KeyError: ['\"]") & pl.col("_above").str.contains(CHECKPOINT_READ).fill_null(False))
+        .join(findings.lazy().filter(pl.col("category") != "UNKNOWN").select("file", "line").unique(), on=["file", "line"], how="anti")
+        .with_columns(
+            pattern=pl.lit("CTX010"),
+            title=pl.lit("A key the code reads from a loaded checkpoint is not in it"),
+            category=pl.lit("CHECKPOINT_IO"),
+            severity=pl.lit("error"),
+            role=pl.lit("initiating"),
+            captures=pl.struct(read=pl.col("_above").str.split("\n").list.last().str.strip_chars()).struct.json_encode(),
+        )
+        .collect()
+    )
+    return conform(found, FINDINGS)
 
 
 def uncaught_exceptions(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.DataFrame:

@@ -6,7 +6,13 @@ from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
 from forensics.passes.native_crashes import classify_native_crashes
 from forensics.passes.stacks import odd_stack_out, stack_waits, what_the_stalled_rank_did
-from forensics.passes.traceback_context import classify_by_frames, demote_nonfatal, demote_overridden, uncaught_exceptions
+from forensics.passes.traceback_context import (
+    classify_by_frames,
+    demote_nonfatal,
+    demote_overridden,
+    missing_checkpoint_keys,
+    uncaught_exceptions,
+)
 from forensics.steps.common import Progress
 
 
@@ -16,6 +22,7 @@ def traceback_context_pass(incident: Incident, progress: Progress) -> None:
     incident.findings = demote_overridden(incident.findings, context, incident.lines)
     incident.add_findings(context)
     incident.add_findings(classify_native_crashes(incident.lines, incident.findings))
+    incident.add_findings(missing_checkpoint_keys(incident.lines, incident.findings))
     incident.add_findings(uncaught_exceptions(incident.lines, incident.findings))
     incident.findings = demote_nonfatal(incident.findings, incident.lines)
 
