@@ -209,3 +209,31 @@ def test_hostile_input_never_crashes(parser):
 def test_truncated_query_keeps_the_complete_part():
     df, _ = parse_nvidia_smi_query(OLD_Q[: OLD_Q.index("GPU 00000000:1B:00.0") + 60], "q.txt")
     assert df.height == 2 and df["temperature_c"][0] == 86 and df["temperature_c"][1] is None
+
+
+@pytest.mark.parametrize("xml", [False, True], ids=["-q", "-q -x"])
+def test_a_dump_filtered_to_fewer_gpus_than_attached_leaves_the_index_unknown(xml):
+    """The real H100 dumps (fixtures/formats) list their one attached GPU, at index 0. The same dump
+    saying 8 are attached is what `nvidia-smi -q -i 5` prints: the GPU listed first is not GPU 0
+    (nor is its Minor Number its index), so only its bus id identifies it."""
+    from pathlib import Path
+
+    from forensics.ingest.gpu import parse_nvidia_smi_xml
+
+    formats = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+    name, parse = (
+        ("smi_nvidia_h100_80gb_hbm3_q_x.xml", parse_nvidia_smi_xml) if xml else ("smi_nvidia_h100_80gb_hbm3_q", parse_nvidia_smi_query)
+    )
+    text = (formats / name).read_text()
+    whole, _ = parse(text, name)
+    assert whole.select("gpu", "pci_bus_id").rows() == [(0, "00000000:00:06.0")]
+    one_of_eight = (
+        text.replace("<attached_gpus>1<", "<attached_gpus>8<")
+        if xml
+        else text.replace(
+            "Attached GPUs                                          : 1", "Attached GPUs                                          : 8"
+        )
+    )
+    assert one_of_eight != text
+    filtered, _ = parse(one_of_eight, name)
+    assert filtered.select("gpu", "pci_bus_id").rows() == [(None, "00000000:00:06.0")]

@@ -9,7 +9,8 @@ Nothing here judges health; passes/gpu_health.py does.
 
 Assumptions: nvidia-smi times carry no zone and are taken as UTC, like every other
 zone-less time in forensics; `-q` lists GPUs in nvidia-smi index order, so a GPU's
-index is its position within one dump. PCI ids from nvidia-smi, kernel Xid lines and
+index is its position within a dump of every attached GPU (a dump filtered with `-i`
+leaves it unknown). PCI ids from nvidia-smi, kernel Xid lines and
 NCCL `busId` are all normalized to `00000000:BB:DD.F` (see `pci_bus_id`).
 """
 
@@ -350,20 +351,28 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
         .with_columns(field=path.replace_strict(Q_FIELDS, default=None))
         .filter(pl.col("field").is_not_null())
     )
-    gpus = df.filter(opens_gpu).select("dump", "gpu", "bus", "stamp", line="gpu_line")
+    attached = pl.when((pl.col("level") == 0) & (pl.col("key") == "attached gpus")).then(pl.col("value"))
+    gpus = df.with_columns(attached=attached.drop_nulls().first().over("dump")).filter(opens_gpu)
+    gpus = gpus.select("dump", "gpu", "bus", "stamp", "attached", line="gpu_line")
     return _dump_samples(values, gpus, file, host, problem, InputKind.NVIDIA_SMI_QUERY)
 
 
 def _dump_samples(
     values: pl.DataFrame, gpus: pl.DataFrame, file: str, host: str | None, problem: str | None, source: InputKind
 ) -> tuple[pl.DataFrame, str | None]:
-    """(dump, gpu, field, value) rows and one row per GPU section (dump, gpu, bus, stamp, line) -> GPU_SAMPLES."""
+    """(dump, gpu, field, value) rows and one row per GPU section (dump, gpu, bus, stamp, attached, line) -> GPU_SAMPLES.
+
+    A dump listing fewer GPUs than it says are attached was filtered (`-i 3`): a GPU's position
+    in it is not its index, nor is its Minor Number (NVIDIA/nvidia-installer#21), so the index
+    is left unknown and the bus id identifies the GPU."""
     if values.is_empty():
         wide = gpus
     else:
         wide = values.pivot(on="field", index=["dump", "gpu"], values="value", aggregate_function="first", sort_columns=True).join(
             gpus, on=["dump", "gpu"], how="right"
         )
+    filtered = pl.len().over("dump") < pl.col("attached").cast(pl.Int64, strict=False)
+    wide = wide.with_columns(gpu=pl.when(filtered.fill_null(False)).then(None).otherwise(pl.col("gpu")))
     samples = _q_samples(wide, file, host, source)
     if samples["time"].is_null().any() and problem is None:
         problem = "some dumps carry no readable Timestamp line"
@@ -471,7 +480,9 @@ def parse_nvidia_smi_xml(text: str, file: str, host: str | None = None) -> tuple
         .filter(pl.col("field").is_not_null())
         .select("dump", "gpu", "field", "value")
     )
-    gpus = df.filter(pl.col("is_gpu")).select("dump", "gpu", "bus", "stamp", line="gpu_line")
+    attached = pl.when((pl.col("tag") == "attached_gpus") & (pl.col("level") == 1)).then(pl.col("value").str.strip_chars())
+    gpus = df.with_columns(attached=attached.drop_nulls().first().over("dump")).filter(pl.col("is_gpu"))
+    gpus = gpus.select("dump", "gpu", "bus", "stamp", "attached", line="gpu_line")
     return _dump_samples(values, gpus, file, host, problem, InputKind.NVIDIA_SMI_XML)
 
 
