@@ -39,6 +39,7 @@ PASSES: list[Step] = [
     Step("collective-mismatch", exceptions.collective_mismatch_pass),
     Step("fabric", collectives.fabric_pass),
     Step("nccl-ras", collectives.nccl_ras_pass),
+    Step("nccl-ops", collectives.nccl_ops_pass),
     Step("hang", collectives.hang_pass),
     Step("stalled-rank", exceptions.stalled_rank_pass),
     Step("busy-rank", collectives.busy_rank_pass),

@@ -17,6 +17,10 @@ found anywhere in the line, never anchored at `^`.
                  per (process, key) with the line that said it
   nccl_warns     WARN records classified (ib_completion, socket, cuda_failure, ...) and
                  tied to a global rank through the topology (host+pid -> rank)
+  nccl_ops       each collective or point-to-point call logged with NCCL_DEBUG_SUBSYS=COLL
+                 (`AllReduce: opCount 28c ... comm 0x55be... [nranks=4]`): the process, its
+                 global rank, the communicator (its commId where an Init line names it) and
+                 the per-communicator operation counter, read from hex
 """
 
 from __future__ import annotations
@@ -94,6 +98,28 @@ NCCL_CONFIG: dict[str, pl.DataType] = {
     "key": pl.String,  # NCCL_ALGO ... | network | coll channels | nvls channels | p2p channels
     "value": pl.String,
 }
+NCCL_OPS: dict[str, pl.DataType] = {
+    "file": pl.String,
+    "line": pl.Int64,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "rank": pl.Int32,  # global rank through the topology, else the line's own
+    "cuda_dev": pl.Int32,
+    "op": pl.String,  # AllReduce, AllGather, Broadcast, Send, Recv, ...
+    "op_count": pl.Int64,  # the communicator's operation counter (logged in hex)
+    "count": pl.Int64,  # elements
+    "datatype": pl.Int32,
+    "comm": pl.String,  # the communicator's address in this process
+    "comm_id": pl.String,  # the same communicator in every process, where an Init line names it
+    "nranks": pl.Int32,
+    "time": TIME,
+    "text": pl.String,
+}
+# `AllReduce: opCount 28c sendbuff 0x7f... recvbuff 0x7f... count 9984512 datatype 7 op 0 root 0 comm 0x55be... [nranks=4] stream 0x55be...`
+OP_CALL = (
+    r"^(?P<op>[A-Z]\w+): opCount (?P<opcount>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ count (?P<count>\d+) "
+    r"datatype (?P<dtype>\d+) op \d+ root -?\d+ comm (?P<comm>0x[0-9a-fA-F]+) \[nranks=(?P<nranks>\d+)\]"
+)
 # The settings NCCL reports once per communicator, as (key, value) regexes over the message.
 CONFIG = [
     r"^(?P<key>NCCL_\w+) set by environment to (?P<value>.*?)\s*$",
@@ -343,12 +369,36 @@ def _warns(rec: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     return conform(out, NCCL_WARNS)
 
 
+def _ops(rec: pl.DataFrame, topology: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    """NCCL_OPS rows: the COLL subsystem's one line per call."""
+    calls = rec.filter((pl.col("level") == "INFO") & pl.col("msg").str.contains(": opCount ", literal=True))
+    if calls.is_empty():
+        return empty(NCCL_OPS)
+    f = pl.col("call").struct.field
+    parsed = calls.with_columns(call=pl.col("msg").str.extract_groups(OP_CALL)).filter(f("op").is_not_null())
+    comm_ids = topology.filter(pl.col("comm_id").is_not_null()).select("host", "pid", "comm", "comm_id").unique(["host", "pid", "comm"])
+    out = (
+        parsed.with_columns(
+            op=f("op"),
+            op_count=f("opcount").str.to_integer(base=16, strict=False),
+            count=f("count").cast(pl.Int64, strict=False),
+            datatype=f("dtype").cast(pl.Int32, strict=False),
+            comm=f("comm"),
+            nranks=f("nranks").cast(pl.Int32, strict=False),
+        )
+        .join(comm_ids, on=["host", "pid", "comm"], how="left")
+        .join(ranks.select("host", "pid", "global_rank"), on=["host", "pid"], how="left")
+        .with_columns(rank=pl.coalesce("global_rank", "rank"), time=pl.coalesce("time", "ts"))
+    )
+    return conform(out, NCCL_OPS)
+
+
 def parse_nccl(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """All NCCL frames from a LINES frame (see the module docstring for what each holds)."""
     names = {
         "nccl_lines": NCCL_LINES, "nccl_topology": NCCL_TOPOLOGY, "nccl_versions": NCCL_VERSIONS,
         "nccl_transports": NCCL_TRANSPORTS, "nccl_interfaces": NCCL_INTERFACES, "nccl_warns": NCCL_WARNS,
-        "nccl_config": NCCL_CONFIG,
+        "nccl_config": NCCL_CONFIG, "nccl_ops": NCCL_OPS,
     }  # fmt: skip
     if lines.is_empty():
         return {name: empty(schema) for name, schema in names.items()}
@@ -365,4 +415,5 @@ def parse_nccl(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         "nccl_interfaces": _interfaces(rec),
         "nccl_warns": _warns(rec, ranks),
         "nccl_config": _config(rec),
+        "nccl_ops": _ops(rec, topology, ranks),
     }

@@ -23,6 +23,7 @@ from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
 from forensics.passes.fabric import dcgm_findings, fabric_findings, pcie_findings
 from forensics.passes.nccl_chains import explain_chains
+from forensics.passes.nccl_ops import op_count_findings
 from forensics.passes.nccl_ras import ras_findings
 from forensics.passes.network_peers import lost_peer_hosts
 from forensics.report.cluster_section import render_cluster
@@ -115,3 +116,8 @@ def render_cluster_section(incident: Incident) -> str | None:
 def nccl_ras_pass(incident: Incident, progress: Progress) -> None:
     """Ranks an NCCL RAS report finds missing from a communicator or lagging in its operations."""
     incident.add_findings(ras_findings(incident.lines))
+
+
+def nccl_ops_pass(incident: Incident, progress: Progress) -> None:
+    """The process behind in a communicator's NCCL calls, or calling another collective at the same count."""
+    incident.add_findings(op_count_findings(incident.tables.get("nccl_ops")))
