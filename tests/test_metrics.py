@@ -134,14 +134,14 @@ SAMPLES = [
     ),
     # Durations in their own units: milliseconds, sec/step, s/it (karpathy/nanoGPT#110, rwth-i6/returnn#1485).
     pytest.param("iter 1639: loss 3.9185, time 562.66ms", 1639, 3.9185, None, 0.56266, None, id="nanogpt-ms"),
-    # detectron2's EventWriter (facebookresearch/detectron2#195): `iter:` and `total_loss:`; its `time:` carries no unit.
+    # detectron2's EventWriter (facebookresearch/detectron2#195): `iter:` and `total_loss:`; its `time:` is seconds per iteration.
     pytest.param(
         "[11/01 11:24:18 d2.utils.events]: eta: 8:07:40  iter: 759  total_loss: 1.070  loss_cls: 0.747  loss_box_reg: 0.322  "
         "time: 0.3323  data_time: 0.0369  lr: 0.007592  max_mem: 3961M",
         759,
         1.070,
         None,
-        None,
+        0.3323,
         None,
         id="detectron2-events",
     ),  # fmt: skip
@@ -161,7 +161,7 @@ SAMPLES = [
         50,
         None,
         None,
-        None,
+        1.807,
         None,
         id="mmcv-epoch-batch",
     ),
@@ -170,7 +170,7 @@ SAMPLES = [
         3250,
         225192.6129,
         None,
-        None,
+        0.347,
         None,
         id="mmcv-epoch-batch-loss",
     ),
@@ -180,7 +180,7 @@ SAMPLES = [
         10,
         5.3294,
         None,
-        None,
+        0.004,
         None,
         id="mmengine-iter",
     ),
@@ -189,7 +189,7 @@ SAMPLES = [
         200,
         1.7573,
         None,
-        None,
+        0.141,
         None,
         id="mmcv-iter",
     ),
@@ -229,6 +229,15 @@ SAMPLES = [
         4.5833,
         None,
         id="metric-logger",
+    ),
+    pytest.param(  # open-mmlab/mmsegmentation#132: mmcv's IterBasedRunner, step and data time in seconds
+        "2020-09-14 20:52:47,336 - mmseg - INFO - Iter [94/8000] lr: 9.896e-03, eta: 2:26:05, time: 20.735, data_time: 0.059, memory: 3642, decode.loss_seg: 1.4042, decode.acc_seg: 5     2.4499, aux.loss_seg: 0.6718, aux.acc_seg: 46.9589, loss: 2.0760",
+        94,
+        2.076,
+        None,
+        20.735,
+        None,
+        id="mmcv-iter-stall",
     ),
     pytest.param(  # kubeflow/kubeflow#68: MXNet's Speedometer
         "INFO:root:Epoch[1] Batch [80]   Speed: 2001.21 samples/sec      accuracy=0.377051",
@@ -406,7 +415,7 @@ SAMPLES = [
         3150,
         0.6186,
         None,
-        None,
+        0.924,
         None,
         id="mmdet-total-over-parts",
     ),

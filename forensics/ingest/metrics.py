@@ -40,7 +40,7 @@ STEP = [
     r'^\{"train_.*"epoch": (\d+)\}\s*$',  # MAE/DeiT/DINO log.txt, one JSON line per epoch
     r'^\{"epoch": (\d+), "loss": ',  # fairseq's json train line, one per epoch
     r"\bEpoch \d+, [Bb]atch (\d+)\b",  # icefall/k2 `Epoch 1, batch 50, loss[...]`, a timing breakdown `[Epoch 0, Batch 6] Data: 2.6ms |` (the counter restarts each epoch)
-    r"\bEpoch(?:\(train\))?:? ?\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
+    r"\bEpoch(?:\(train\))?:? *\[\d+\]\s*\[\s*(\d+)/\d+\]",  # mmcv `Epoch [6][3150/3681]`, mmengine `Epoch(train) [1][ 50/625]`, the DeiT/MAE/DETR MetricLogger `Epoch: [0]  [1480/1504]` (restarts each epoch)
     r"\bIter(?:\(train\))? ?\[\s*(\d+)/\d+\]",
     r"(?:\bEpoch\[\d+\] )?\bBatch \[(\d+)\]\s+Speed: ",  # MXNet's Speedometer `Epoch[0] Batch [20]   Speed: 2015.42 samples/sec` (R: no epoch; restarts each epoch)  # mmcv/mmengine iteration-based `Iter(train) [ 50/90000]`
     r"solver\.cpp:\d+\] Iteration (\d+)\b",
@@ -96,6 +96,7 @@ STEP_TIME = [
     r"(?i)\b(?:step|iter(?:ation)?|batch)[_ ]?time[=:]?\s*" + VALUE + r"\s*" + UNIT,
     r"(?:^|[,|]\s*)time[=:]?\s*" + VALUE + r"\s*" + UNIT,  # nanoGPT `, time 562.66ms`
     r"\btime: " + VALUE + r"\s+data: ",  # the DeiT/MAE/DETR MetricLogger `time: 4.5833  data: 0.0002` (seconds)
+    r"\btime: " + VALUE + r",?\s+data_time: ",  # OpenMMLab's `eta: 1:58:36, time: 0.559, data_time: 0.061` (seconds)
     VALUE + r"\s*(?P<unit>ms|sec|s)/(?:step|it|iter)\b",  # RETURNN `3.249 sec/step`, tqdm `1.47s/it`
     r"\bTime:?\s+" + VALUE + r"\s+\(\s*\d",  # AverageMeter `Time 0.783 (2.771)`: the current value (s), then the running mean
 ]
@@ -104,6 +105,7 @@ DATA_TIME = [
     r"(?i)\bdata(?:[ _-]?(?:loading|load))?[ _]time \((?P<unit>ms|s)\):\s*" + VALUE,
     r"(?i)\bdata(?:[ _-]?(?:loading|load))?[ _]time[=:]?\s*" + VALUE + r"\s*" + UNIT,
     r"\bData:?\s+" + VALUE + r"\s+\(\s*\d",  # AverageMeter `Data 0.006 (1.204)`
+    r"\btime: \d[\d.]*,?\s+data_time: " + VALUE + r"\b",  # OpenMMLab's, after its step time (seconds)
 ]
 # A per-phase timing breakdown names the loss computation's time, not its value: `| Loss: 71.2ms |`.
 LOSS_AS_DURATION = r"(?i)\bloss\s*[=:]\s*\d[\d.]*\s*(?:ms|us|µs|s|sec)\b"
