@@ -239,6 +239,15 @@ SAMPLES = [
         None,
         id="mmcv-iter-stall",
     ),
+    pytest.param(  # NVIDIA/DeepLearningExamples#694: DLLogger, one value per line after (epoch, iteration)
+        "DLL 2020-10-30 14:53:21.096695 - (67, 11) train_loss : nan ",
+        11,
+        float("nan"),
+        None,
+        None,
+        None,
+        id="dllogger-nan",
+    ),
     pytest.param(  # kubeflow/kubeflow#68: MXNet's Speedometer
         "INFO:root:Epoch[1] Batch [80]   Speed: 2001.21 samples/sec      accuracy=0.377051",
         80,

@@ -48,6 +48,7 @@ STEP = [
     r"^\|\s*step\s*\|\s*(\d+(?:\.\d+)?(?:e\+\d+)?)\s*\|",  # OpenAI's logger table (baselines, guided-diffusion) `| step          | 1.53e+05  |`
     r"^(?:>\s*)?\[\s*\d+\]\s+(\d+) \|\| B: ",  # YOLACT `[  0]    7860 || B: 4.553 | C: 6.594 | ... | T: 17.519 || ETA: ...` (epoch, iteration)
     r"^tick\s+(\d+)\s+kimg\b",  # NVlabs StyleGAN2-ADA/3 `tick 7     kimg 140.0    time 9h 40m 06s`
+    r"^DLL \S+ \S+ - \(\d+, (\d+)\) ",  # NVIDIA DLLogger `DLL 2020-10-30 14:53:19.587047 - (67, 9) train_loss : -4.36` (epoch, iteration; restarts each epoch)
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
 ]
@@ -60,7 +61,7 @@ LOSS = [
     r"(?i)\bloss\s*[=:]\s*" + NUMBER,
     r"(?i)\bloss\s*[=:]?\s*tensor\(\s*"
     + NUMBER,  # a printed scalar tensor `loss:  tensor(nan, device='mps:0', grad_fn=<NllLossBackward0>)`  # `loss=2.3`, `loss: 2.3`, TensorFlow's `loss = 2.3`, a padded `LOSS     :  24.5`
-    r"\b(?:avr|avg|train|running|mean|total|lm)_loss[=:]\s*"
+    r"\b(?:avr|avg|train|running|mean|total|lm)_loss\s*[=:]\s*"
     + NUMBER,  # sd-scripts `avr_loss=nan`, nanotron `lm_loss: 2.36`; never val_/eval_loss
     r"\btrain/CrossEntropyLoss[=:]\s*" + NUMBER,  # OLMo's metric block under `[step=3/739328,epoch=0]`
     r"(?i)\bloss\]?\s+" + NUMBER + r"\b",  # `loss 2.31`, `[Loss] nan`
