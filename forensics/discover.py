@@ -17,7 +17,7 @@ import polars as pl
 from forensics.ingest.dcgm import sniff_dcgm
 from forensics.ingest.fabric import sniff_fabric
 from forensics.ingest.flight_recorder import sniff_flight_recorder
-from forensics.ingest.gpu import sniff_gpu_kind
+from forensics.ingest.gpu_sniff import sniff_gpu_kind
 from forensics.ingest.pcie import sniff_pcie
 from forensics.ingest.text import compression_of, looks_binary, read_head
 from forensics.schema import INPUTS, MAX_RANKS, InputKind, InputStatus
@@ -61,7 +61,7 @@ def sniff_kind(path: str, head: bytes, fixture: bool = False) -> tuple[str, str 
     """(InputKind, reason to skip or None) from the name and the decompressed head.
 
     Formats with a reader of their own are recognized by that reader's sniffer (GPU
-    dumps and kernel logs: ingest.gpu; Flight Recorder dumps: ingest.flight_recorder;
+    dumps and kernel logs: ingest.gpu_sniff; Flight Recorder dumps: ingest.flight_recorder;
     nccl-tests, ibstat and ibstatus: ingest.fabric; dcgmi: ingest.dcgm; lspci: ingest.pcie),
     so a format's rules live in one place. `fixture`: the incident is one of the project's
     fixtures, whose metadata files are not evidence.

@@ -5,9 +5,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.ingest.gpu import parse_gpu_csv, parse_nvidia_smi_query
 from forensics.ingest.kernel_log import parse_kernel_log
 from forensics.ingest.metrics import extract_metrics
+from forensics.ingest.smi_csv import parse_gpu_csv
+from forensics.ingest.smi_query import parse_nvidia_smi_query
 from forensics.passes.gpu_health import analyze_gpu_health
 from forensics.schema import FINDINGS, LINES, conform
 from tests.gpu_samples import CSV_465, H100_Q, OLD_Q

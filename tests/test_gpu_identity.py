@@ -9,7 +9,9 @@ import polars as pl
 from forensics.batch.fleet import index_frame, render_fleet
 from forensics.batch.lemons import serial_blame
 from forensics.flow import analyze
-from forensics.ingest.gpu import GPU_SAMPLES, parse_gpu_csv, parse_nvidia_smi_query, parse_nvidia_smi_xml
+from forensics.ingest.gpu import GPU_SAMPLES
+from forensics.ingest.smi_csv import parse_gpu_csv
+from forensics.ingest.smi_query import parse_nvidia_smi_query, parse_nvidia_smi_xml
 from forensics.passes.gpu_identity import with_gpu_serials
 from forensics.schema import FINDINGS, conform
 

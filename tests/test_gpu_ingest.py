@@ -20,16 +20,13 @@ from gpu_samples import (
     TOPO_H100,
 )
 
-from forensics.ingest.gpu import (
-    parse_dmon,
-    parse_gpu_csv,
-    parse_nvidia_smi_query,
-    parse_pmon,
-    parse_topo,
-    pci_bus_id,
-    sniff_gpu_kind,
-)
+from forensics.ingest.gpu import pci_bus_id
+from forensics.ingest.gpu_sniff import sniff_gpu_kind
 from forensics.ingest.kernel_log import attach_boot_times, parse_kernel_log
+from forensics.ingest.smi_csv import parse_gpu_csv
+from forensics.ingest.smi_dmon import parse_dmon, parse_pmon
+from forensics.ingest.smi_query import parse_nvidia_smi_query
+from forensics.ingest.smi_topo import parse_topo
 
 
 @pytest.mark.parametrize(
@@ -218,7 +215,7 @@ def test_a_dump_filtered_to_fewer_gpus_than_attached_leaves_the_index_unknown(xm
     (nor is its Minor Number its index), so only its bus id identifies it."""
     from pathlib import Path
 
-    from forensics.ingest.gpu import parse_nvidia_smi_xml
+    from forensics.ingest.smi_query import parse_nvidia_smi_xml
 
     formats = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
     name, parse = (

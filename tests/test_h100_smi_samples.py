@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from forensics.ingest.gpu import parse_dmon, parse_gpu_csv, parse_nvidia_smi_query, parse_nvidia_smi_xml, parse_topo, sniff_gpu_kind
+from forensics.ingest.gpu_sniff import sniff_gpu_kind
+from forensics.ingest.smi_csv import parse_gpu_csv
+from forensics.ingest.smi_dmon import parse_dmon
+from forensics.ingest.smi_query import parse_nvidia_smi_query, parse_nvidia_smi_xml
+from forensics.ingest.smi_topo import parse_topo
 
 FORMATS = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 PREFIX = "smi_nvidia_h100_80gb_hbm3_"

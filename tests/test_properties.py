@@ -20,17 +20,14 @@ from forensics.flow import analyze
 from forensics.ingest.c10d import parse_collectives, parse_exits
 from forensics.ingest.dcgm import parse_dcgm
 from forensics.ingest.fabric import parse_fabric
-from forensics.ingest.gpu import (
-    GPU_SAMPLES,
-    parse_dmon,
-    parse_gpu_csv,
-    parse_nvidia_smi_query,
-    parse_nvidia_smi_xml,
-    parse_topo,
-)
+from forensics.ingest.gpu import GPU_SAMPLES
 from forensics.ingest.kernel_log import parse_kernel_log
 from forensics.ingest.nccl import parse_nccl
 from forensics.ingest.pcie import parse_pcie
+from forensics.ingest.smi_csv import parse_gpu_csv
+from forensics.ingest.smi_dmon import parse_dmon
+from forensics.ingest.smi_query import parse_nvidia_smi_query, parse_nvidia_smi_xml
+from forensics.ingest.smi_topo import parse_topo
 from forensics.ingest.traces import load_trace
 from forensics.safe_pickle import load_plain
 from forensics.schema import LINES, conform

@@ -7,17 +7,13 @@ from pathlib import Path
 import polars as pl
 
 from forensics.incident import FileStatus, Incident
-from forensics.ingest.gpu import (
-    GPU_SAMPLES,
-    parse_dmon,
-    parse_gpu_csv,
-    parse_nvidia_smi_query,
-    parse_nvidia_smi_xml,
-    parse_pmon,
-    parse_topo,
-)
+from forensics.ingest.gpu import GPU_SAMPLES
 from forensics.ingest.kernel_log import GPU_EVENTS, attach_boot_times, parse_kernel_log
 from forensics.ingest.nccl import process_ranks
+from forensics.ingest.smi_csv import parse_gpu_csv
+from forensics.ingest.smi_dmon import parse_dmon, parse_pmon
+from forensics.ingest.smi_query import parse_nvidia_smi_query, parse_nvidia_smi_xml
+from forensics.ingest.smi_topo import parse_topo
 from forensics.ingest.timestamps import infer_year
 from forensics.passes.gpu_health import analyze_gpu_health
 from forensics.report.gpu_figures import render_gpu_figures
