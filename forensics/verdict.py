@@ -35,7 +35,7 @@ import polars as pl
 
 from forensics.catalog.load import Derived, Pattern
 from forensics.causal_chain import causal_chain
-from forensics.passes.collectives import rank_ranges
+from forensics.passes.rank_ranges import rank_ranges
 from forensics.passes.slowdown import SLOWDOWN_PATTERNS
 from forensics.passes.traceback_context import UNCAUGHT
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category

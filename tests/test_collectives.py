@@ -15,7 +15,8 @@ from forensics.incident import Incident
 from forensics.ingest.c10d import parse_collectives, parse_exits
 from forensics.ingest.flight_recorder import entries_frame, load_flight_recorder
 from forensics.ingest.nccl import parse_nccl
-from forensics.passes.collectives import localize_hang, rank_ranges, summarize_state
+from forensics.passes.collectives import localize_hang, summarize_state
+from forensics.passes.rank_ranges import rank_ranges
 from forensics.report.collectives_section import render_collectives
 from forensics.schema import FINDINGS, LINES, conform
 from tests.conftest import load_generator

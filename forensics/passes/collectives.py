@@ -35,7 +35,6 @@ Notes:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 
 import polars as pl
@@ -43,12 +42,13 @@ import polars as pl
 from forensics.incident import PassResult
 from forensics.ingest.c10d import COLLECTIVES
 from forensics.ingest.nccl import process_ranks
+from forensics.passes.flight_recorder import DEFAULT_PG, flight_recorder_mismatches
+from forensics.passes.rank_ranges import parse_ranges, rank_ranges
 from forensics.schema import FINDINGS, Category, Role, Severity, conform, empty
 
 TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_terminated", "last_work_status", "gloo_timeout"]
 PROGRESS_KINDS = ["failure_detected", "last_work_status", "dump_signal"]
 NETWORK_WARNS = ["ib_completion", "ib_async", "socket"]  # remote_exited is a cascade
-DEFAULT_PG = "default"
 _TABLE_ROW = r"^\s*\[\d+\]:\s*$|^\s+(?:time|host|rank|exitcode|error_file|traceback)\s*: "
 
 COLLECTIVE_RANKS: dict[str, pl.DataType] = {
@@ -73,15 +73,6 @@ COLLECTIVE_STATE: dict[str, pl.DataType] = {
     "state": pl.String,
 }
 
-FR_MISMATCHES: dict[str, pl.DataType] = {
-    "pg": pl.String,
-    "seq": pl.Int64,
-    "problem": pl.String,  # missing_ranks | no_dump | COLLECTIVE_TYPE_MISMATCH | SIZE_OR_SYNTAX_MISMATCH | DTYPE | STATE
-    "ranks": pl.String,  # the odd ones out
-    "expected": pl.String,  # what the majority recorded
-    "found": pl.String,
-}
-
 
 def _reporter(rank: int | None) -> str:
     return "an untagged line" if rank is None else f"from rank {rank}"
@@ -89,20 +80,6 @@ def _reporter(rank: int | None) -> str:
 
 def _waiter(rank: int | None) -> str:
     return "a rank" if rank is None else f"rank {rank}"
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 7, 9, 10] -> '0-3, 7, 9-10'."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ", ".join(parts)
 
 
 def _finding(pattern: str, title: str, category: str, severity: str, role: str, rank: int | None,
@@ -261,87 +238,6 @@ def _op_mismatches(collectives: pl.DataFrame) -> list[tuple[int, str, int, dict]
     return out
 
 
-def _fr_analysis(fr_entries: pl.DataFrame) -> pl.DataFrame:
-    """torchfrtrace-style matching of collectives across the ranks that dumped."""
-    coll = fr_entries.filter(~pl.col("is_p2p").fill_null(False) & pl.col("collective_seq_id").is_not_null())
-    if coll.is_empty():
-        return empty(FR_MISMATCHES)
-    coll = coll.with_columns(pl.col("pg_name").fill_null(DEFAULT_PG))
-    # One row per (pg, seq, rank): coalesced groups record several ops under one seq.
-    per = coll.group_by("pg_name", "collective_seq_id", "rank").agg(
-        pl.col("op").sort().str.join("+"), pl.col("input_sizes").str.join(";"),
-        pl.col("input_dtypes").str.join(";"), pl.col("state").first(),
-    )  # fmt: skip
-    spans = coll.group_by("pg_name", "rank").agg(
-        pl.col("collective_seq_id").min().alias("first"), pl.col("collective_seq_id").max().alias("last")
-    )
-    out: list[dict] = []
-    for (pg,), ranks in spans.group_by("pg_name", maintain_order=True):
-        members = set(ranks["rank"].to_list())
-        top = ranks["last"].max()
-        start = ranks["first"].max()  # older seqs may have left some ring buffers
-        behind = ranks.filter(pl.col("last") < top).sort("rank")
-        if not behind.is_empty():
-            seq = behind["last"].min() + 1
-            missing = behind.filter(pl.col("last") < seq)["rank"].to_list()
-            present = per.filter((pl.col("pg_name") == pg) & (pl.col("collective_seq_id") == seq))
-            out.append({"pg": pg, "seq": seq, "problem": "missing_ranks", "ranks": rank_ranges(missing),
-                        "expected": present["op"].mode().sort().first() if present.height else None,
-                        "found": f"last recorded #{behind['last'].min()}"})  # fmt: skip
-        shared = per.filter((pl.col("pg_name") == pg) & (pl.col("collective_seq_id") >= start))
-        for (seq,), group in shared.group_by("collective_seq_id", maintain_order=True):
-            if group.height < 2 or set(group["rank"].to_list()) - members:
-                continue
-            for col, problem in (("op", "COLLECTIVE_TYPE_MISMATCH"), ("input_sizes", "SIZE_OR_SYNTAX_MISMATCH"),
-                                 ("input_dtypes", "COLLECTIVE_DTYPE_MISMATCH")):  # fmt: skip
-                if group[col].n_unique() < 2:
-                    continue
-                majority = group[col].mode().sort().first()
-                odd = group.filter(pl.col(col) != majority)
-                out.append({"pg": pg, "seq": seq, "problem": problem, "ranks": rank_ranges(odd["rank"].to_list()),
-                            "expected": majority, "found": ", ".join(sorted(set(odd[col].to_list())))})  # fmt: skip
-                break
-    if not out:
-        return empty(FR_MISMATCHES)
-    return pl.DataFrame(out, schema=FR_MISMATCHES).sort("seq", "pg")
-
-
-def _fr_no_dump(fr_entries: pl.DataFrame, fr_pg_status: pl.DataFrame) -> pl.DataFrame:
-    """Members of a PG (its pg_config ranks) that left no dump while every rank that did dump
-    waits in a collective it never completed: the dump set's missing ranks are the suspects,
-    while they are fewer than the ranks that dumped."""
-    dumped = set(fr_entries["rank"].drop_nulls().to_list())
-    configs = fr_pg_status["pg_ranks"].drop_nulls().to_list()
-    world = max(configs, key=lambda ranks: len(re.findall(r"\d+", ranks)), default=None)
-    # torch 2.13's gloo dumps key the default PG's config '' while its entries say '0': the
-    # default PG spans the world, the widest rank list of any config.
-    descs = fr_entries.select("pg_name", _desc="pg_desc").drop_nulls().unique("pg_name")
-    status = (
-        fr_pg_status.filter(pl.col("last_enqueued").is_not_null())
-        .join(descs, on="pg_name", how="left")
-        .with_columns(pg_ranks=pl.coalesce("pg_ranks", pl.when(pl.coalesce("pg_desc", "_desc") == "default_pg").then(pl.lit(world))))
-    )
-    out: list[dict] = []
-    for (pg,), group in status.filter(pl.col("pg_ranks").is_not_null()).group_by("pg_name", maintain_order=True):
-        members = {int(r) for r in re.findall(r"\d+", group["pg_ranks"][0])}
-        absent = sorted(members - dumped)
-        # Waiting: the rank's status says a collective is not complete, or its newest entry is not
-        # (gloo's pg_status calls a timed-out collective completed; its entries stay `scheduled`).
-        newest = fr_entries.filter(pl.col("pg_name") == pg).sort("collective_seq_id").group_by("rank").last()
-        unfinished = set(newest.filter(pl.col("state") != "completed")["rank"].to_list())
-        waiting = group.filter((pl.col("last_completed").fill_null(-1) < pl.col("last_enqueued")) | pl.col("rank").is_in(unfinished))
-        # Suspects only while the dumps are most of the group: with most dumps missing, they were
-        # not collected, and naming thousands of ranks says nothing.
-        if not absent or len(absent) >= len(members & dumped) or waiting.height < group.height:
-            continue
-        seq = int(newest["collective_seq_id"].min()) if unfinished else int(waiting["last_completed"].fill_null(-1).min()) + 1
-        ops = fr_entries.filter((pl.col("pg_name") == pg) & (pl.col("collective_seq_id") == seq))["op"]
-        out.append({"pg": pg, "seq": seq, "problem": "no_dump", "ranks": rank_ranges(absent),
-                    "expected": ops.mode().sort().first() if ops.len() else None,
-                    "found": f"no dump, while ranks {rank_ranges(sorted(set(group['rank'].to_list())))} wait in it"})  # fmt: skip
-    return pl.DataFrame(out, schema=FR_MISMATCHES) if out else empty(FR_MISMATCHES)
-
-
 def _world(world_size: int | None, topology: pl.DataFrame, exits: pl.DataFrame | None, ranks: Iterable[int]) -> int | None:
     if world_size:
         return world_size
@@ -481,12 +377,9 @@ def localize_hang(
               + (" (op/numel in/numel out)" if d["reason"] == "numel_mismatch" else "") + ": mismatched collectives",
               {"pg": pg, "seq": seq, **d})  # fmt: skip
 
-    fr_mismatches = empty(FR_MISMATCHES)
-    if fr_entries is not None and not fr_entries.is_empty():
-        no_dump = _fr_no_dump(fr_entries, fr_pg_status) if fr_pg_status is not None else empty(FR_MISMATCHES)
-        fr_mismatches = pl.concat([_fr_analysis(fr_entries), no_dump]).sort("seq", "pg")
+    fr_mismatches = flight_recorder_mismatches(fr_entries, fr_pg_status)
     for row in fr_mismatches.iter_rows(named=True):
-        for rank in _parse_ranges(row["ranks"]):
+        for rank in parse_ranges(row["ranks"]):
             ev = _dump_of(fr_entries, rank)
             if row["problem"] == "no_dump":
                 a_waiting_rank = fr_entries.filter(pl.col("pg_name") == row["pg"])["rank"].min()
@@ -541,17 +434,6 @@ def localize_hang(
             "fr_mismatches": fr_mismatches,
         },
     )
-
-
-def _parse_ranges(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(", "):
-        if "-" in part:
-            lo, hi = part.split("-")
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
-    return out
 
 
 def _per_rank_table(state: pl.DataFrame, ranks_seen: list[int], world: int | None, hosts: dict[int, str],
