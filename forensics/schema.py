@@ -219,6 +219,7 @@ METRICS = frame(
     ("rank", pl.Int32, "the rank that logged it"),
     ("time", TIME, "UTC time of the line"),
     ("step", pl.Int64, "training step or iteration"),
+    ("epoch", pl.Int64, "the epoch the line names, when it names one"),
     ("loss", pl.Float64, "loss"),
     ("grad_norm", pl.Float64, "gradient norm"),
     ("step_time_s", pl.Float64, "seconds per step (any logged unit, converted)"),

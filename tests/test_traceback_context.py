@@ -398,3 +398,35 @@ def test_a_key_error_reading_a_loaded_checkpoint_is_checkpoint_io(incident):
     # The same exception looking up anything else says nothing about checkpoints.
     other = [*MISSING_KEYS[2][:4], "    label = class_names[predicted]", "KeyError: 'state_dict'"]
     assert analyze(incident({"train.log": "\n".join(other) + "\n"})).incident.findings["pattern"].to_list() == ["EXC001"]
+
+
+# Real tracebacks of jwyang/faster-rcnn.pytorch#506 and ultralytics/yolov3#854, both
+# resuming a checkpoint whose SGD momentum buffers have another shape than the parameters.
+OPTIMIZER_STATE_MISMATCH = [
+    ["Traceback (most recent call last):", '  File "trainval_net.py", line 355, in <module>', "    optimizer.step()",
+     '  File "/usr/local/lib/python3.5/dist-packages/torch/optim/sgd.py", line 101, in step',
+     "    buf.mul_(momentum).add_(1 - dampening, d_p)",
+     "RuntimeError: The size of tensor a (512) must match the size of tensor b (18) at non-singleton dimension 0"],
+    ["Traceback (most recent call last):", '  File "train.py", line 436, in <module>', "    train()  # train normally",
+     '  File "train.py", line 295, in train', "    optimizer.step()",
+     '  File "/home/thorpham/anaconda3/envs/thorpham/lib/python3.5/site-packages/torch/optim/sgd.py", line 100, in step',
+     "    buf.mul_(momentum).add_(1 - dampening, d_p)",
+     "RuntimeError: The size of tensor a (32) must match the size of tensor b (128) at non-singleton dimension 0"],
+]  # fmt: skip
+
+
+def test_a_shape_mismatch_in_the_optimizer_s_step_is_optimizer_state_from_a_checkpoint(incident):
+    from forensics.flow import analyze
+
+    for traceback in OPTIMIZER_STATE_MISMATCH:
+        analysis = analyze(incident({"train.log": "\n".join(traceback) + "\n"}))
+        assert analysis.incident.findings.select("pattern", "line").rows() == [("CTX011", len(traceback))]
+        assert analysis.verdict.category == "CHECKPOINT_IO"
+    # The same mismatch raised in the model's forward pass is no optimizer state.
+    forward = [
+        *OPTIMIZER_STATE_MISMATCH[1][:5],
+        '  File "models.py", line 210, in forward',
+        "    x = x + residual",
+        OPTIMIZER_STATE_MISMATCH[1][-1],
+    ]
+    assert "CTX011" not in analyze(incident({"train.log": "\n".join(forward) + "\n"})).incident.findings["pattern"].to_list()

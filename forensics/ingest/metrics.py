@@ -52,6 +52,9 @@ STEP = [
     YOLO_EPOCH_ROW,
     TRAINING_BAR,
 ]
+# The epoch a line names: `epoch 2, learning rate 0.001`, `Train Epoch: 3 [18%]`, `====> Epoch: 1 [...]`,
+# Keras `Epoch 1/10`, mmcv `Epoch [6][3150/3681]`; never `epochs`, `num_epochs`, `best_epoch` or `epoch-1-info`.
+EPOCH = r"(?i)(?:^|[^\w-])epoch\s*[:=]?\s*\[?\s*(\d+)\b"
 LOSS = [
     r"\blm loss:\s*" + NUMBER,
     r"\breduced_train_loss[=:]\s*" + NUMBER,
@@ -202,7 +205,7 @@ def _mfu_percent() -> pl.Expr:
 
 
 # A line is a metric row when it carries one of these (grad norm and times come with a step).
-MEASURES = ("step", "loss", "loss_scale", "lr", "tokens_per_s", "samples_per_s", "tflops", "mfu_pct", "memory_allocated_gib")
+MEASURES = ("step", "epoch", "loss", "loss_scale", "lr", "tokens_per_s", "samples_per_s", "tflops", "mfu_pct", "memory_allocated_gib")
 
 
 def _base_2_scale() -> pl.Expr:
@@ -220,6 +223,7 @@ def extract_metrics(lines: pl.DataFrame) -> pl.DataFrame:
     metrics = (
         candidates.with_columns(
             step=_float(_first(STEP)).cast(pl.Int64, strict=False),
+            epoch=pl.col("text").str.extract(EPOCH).cast(pl.Int64, strict=False),
             loss=pl.when(pl.col("text").str.contains(LOSS_AS_DURATION)).then(None).otherwise(_float(_first(LOSS))),
             grad_norm=_float(_first(GRAD_NORM)),
             step_time_s=pl.coalesce(_durations(STEP_TIME), 1.0 / _float(pl.col("text").str.extract(ITERS_PER_SECOND))),

@@ -10,7 +10,8 @@ Notes:
     - progressing: every stream (file, rank) that logs training metrics still logs them
       in its last PROGRESS_TAIL lines, has turned at least MIN_PROGRESS_STEPS steps since
       its step counter last went back (the distinct steps logged, or with no reset in
-      view the counter's value; metric lines, where they carry no step number), and no stream was cut mid-line or
+      view the counter's value; without step numbers, the distinct epochs its lines name,
+      else its metric lines), and no stream was cut mid-line or
       stopped short of the total it announced, and no stream ends on an error no finding
       explains (ERRING in its last PROGRESS_TAIL lines, not a metric line and not one logged
       as a warning: rank 0 stepping while rank 290 repeats `kernel execution error.` is no
@@ -48,7 +49,7 @@ MIN_PROGRESS_STEPS = 3
 PROGRESS_TOTAL = r"(?i)\b(?:iteration|iter|step)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b"
 # Fields that show the training loop turning. Throughput or memory alone do not (an OOM message
 # quotes memory), nor a loss scale alone: a run of fp16 overflow notes is steps being skipped.
-PROGRESS_FIELDS = ("step", "loss")
+PROGRESS_FIELDS = ("step", "loss", "epoch")
 # A line that reports something going wrong, in words no pattern may know.
 ERRING = r"(?i)\berror\b|\bfail(?:ed|ure)\b|\bfatal\b|\bexception\b|\babort(?:ed|ing)?\b"
 # A line that reports the run stalling, logged at any level: a read that timed out, a retry.
@@ -162,7 +163,8 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
     began (the next epoch of an epoch-local counter), the counter's value where it is higher
     (a resumed run's counter starts at its checkpoint, so after a restart mid-way only the
     steps seen count; a bar re-drawn at one count is stuck); its metric lines where none
-    carries a step."""
+    carries a step, or the distinct epochs where those lines name epochs (`epoch 2, learning
+    rate 0.001`: three epochs turned is a run going on, one epoch logged ten times is not)."""
     reset = (pl.col("step") < pl.col("step").shift(1)).fill_null(False)
     stepped = (
         metrics.filter(pl.col("step").is_not_null())
@@ -185,7 +187,13 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
         )
         .select(*STREAM, steps=pl.when(pl.col("counts") & pl.col("once")).then(pl.max_horizontal("seen", "value")).otherwise("seen"))
     )
-    unstepped = metrics.group_by(STREAM).agg(steps=pl.len(), _any=pl.col("step").is_not_null().any()).filter(~pl.col("_any"))
+    # Without step numbers: the distinct epochs the stream names, else its metric lines.
+    epochs = pl.col("epoch").drop_nulls().n_unique()
+    unstepped = (
+        metrics.group_by(STREAM)
+        .agg(steps=pl.when(epochs > 0).then(epochs).otherwise(pl.len()), _any=pl.col("step").is_not_null().any())
+        .filter(~pl.col("_any"))
+    )
     return pl.concat([stepped, unstepped.drop("_any")], how="vertical_relaxed")
 
 

@@ -17,7 +17,10 @@ Notes:
     pattern is generic (an errno such as ENOSPC says what, not where): `No space left on
     device` raised from a multiprocessing SemLock is /dev/shm, not checkpoint storage.
     The generic finding is then demoted to a symptom (`demote_overridden`).
-    A `KeyError: 'optimizer'` raised where the code reads a loaded checkpoint (its innermost
+    A shape mismatch raised in the optimizer's own step (`torch/optim/sgd.py ... buf.mul_(momentum)`:
+    `The size of tensor a (32) must match the size of tensor b (128)`) is optimizer state restored
+    from a checkpoint of another model or setup: fresh state is built with each parameter's
+    shape (CTX011). A `KeyError: 'optimizer'` raised where the code reads a loaded checkpoint (its innermost
     source line `optimizer.load_state_dict(checkpoint["optimizer"])`) is a checkpoint that
     lacks what the code expects (`missing_checkpoint_keys`).
     A traceback that the log cuts off before its exception line (a pasted excerpt, a
@@ -90,6 +93,14 @@ CONTEXTS = [
         r"torch/utils/cpp_extension\.py|deepspeed/ops/op_builder/|in _jit_compile\b|in load_extension\b",
         frozenset(),
         None,
+    ),
+    (
+        "CTX011",
+        "CHECKPOINT_IO",
+        "A shape mismatch inside the optimizer's step: its state, restored from a checkpoint, does not fit the parameters",
+        r"torch/optim/\w+\.py",
+        frozenset(),
+        r"must match the size of tensor b|size mismatch|shape mismatch|[Ss]izes? of tensors must match|doesn't match the size",
     ),
     (
         "CTX006",
