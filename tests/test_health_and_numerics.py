@@ -755,3 +755,22 @@ def test_a_step_line_before_a_watchdog_timeout_is_no_proof_of_health(tmp_path):
     (tmp_path / "console.log").write_text("\n".join(STEP_THEN_TIMEOUT) + "\n")
     verdict = analyze(tmp_path).verdict
     assert (verdict.category, verdict.state) == ("COLLECTIVE_TIMEOUT", "hung")
+
+
+SNOWFALL_EPOCHS = [  # k2-fsa/snowfall#152: a DDP run that logs one line per epoch and no loss
+    "2021-04-10 23:36:00,287 INFO [mmi_bigram_train.py:401] epoch 0, learning rate 0.001",
+    "2021-04-11 00:06:37,689 INFO [common.py:201] write training info to exp-lstm-adam-mmi-bigram-musan-dist/epoch-0-info",
+    "2021-04-11 00:06:37,690 INFO [mmi_bigram_train.py:401] epoch 1, learning rate 0.001",
+    "2021-04-11 00:37:08,277 INFO [common.py:201] write training info to exp-lstm-adam-mmi-bigram-musan-dist/epoch-1-info",
+    "2021-04-11 00:37:08,278 INFO [mmi_bigram_train.py:401] epoch 2, learning rate 0.001",
+    "2021-04-11 01:07:37,757 INFO [common.py:201] write training info to exp-lstm-adam-mmi-bigram-musan-dist/epoch-2-info",
+    "2021-04-11 01:07:37,758 INFO [mmi_bigram_train.py:401] epoch 3, learning rate 0.001",
+]
+
+
+def test_epochs_that_turn_are_progress_and_one_epoch_is_not():
+    lines = lines_frame(SNOWFALL_EPOCHS)
+    assert extract_metrics(lines)["epoch"].to_list() == [0, 1, 2, 3]  # `epoch-0-info` names no epoch
+    assert health_proofs(lines, extract_metrics(lines), NO_FINDINGS)["line"].to_list() == [7]
+    first = lines_frame(SNOWFALL_EPOCHS[:2])
+    assert health_proofs(first, extract_metrics(first), NO_FINDINGS).is_empty()

@@ -10,8 +10,8 @@ Notes:
     - progressing: every stream (file, rank) that logs training metrics still logs them
       in its last PROGRESS_TAIL lines, has turned at least MIN_PROGRESS_STEPS steps since
       its step counter last went back (the distinct steps logged, or with no reset in
-      view the counter's value; without step numbers, the distinct epochs its lines name,
-      else its metric lines), and no stream was cut mid-line or
+      view the counter's value; without step numbers, its lines that log a loss or the
+      distinct epochs its lines name, whichever is more), and no stream was cut mid-line or
       stopped short of the total it announced, and no stream ends on an error no finding
       explains (ERRING in its last PROGRESS_TAIL lines, not a metric line and not one logged
       as a warning: rank 0 stepping while rank 290 repeats `kernel execution error.` is no
@@ -163,8 +163,8 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
     began (the next epoch of an epoch-local counter), the counter's value where it is higher
     (a resumed run's counter starts at its checkpoint, so after a restart mid-way only the
     steps seen count; a bar re-drawn at one count is stuck); its metric lines where none
-    carries a step, or the distinct epochs where those lines name epochs (`epoch 2, learning
-    rate 0.001`: three epochs turned is a run going on, one epoch logged ten times is not)."""
+    carries a step: those that log a loss, or the distinct epochs the lines name where that is
+    more (`epoch 2, learning rate 0.001`: three epochs turned is a run going on)."""
     reset = (pl.col("step") < pl.col("step").shift(1)).fill_null(False)
     stepped = (
         metrics.filter(pl.col("step").is_not_null())
@@ -187,13 +187,10 @@ def _steps_since_reset(metrics: pl.DataFrame) -> pl.DataFrame:
         )
         .select(*STREAM, steps=pl.when(pl.col("counts") & pl.col("once")).then(pl.max_horizontal("seen", "value")).otherwise("seen"))
     )
-    # Without step numbers: the distinct epochs the stream names, else its metric lines.
-    epochs = pl.col("epoch").drop_nulls().n_unique()
-    unstepped = (
-        metrics.group_by(STREAM)
-        .agg(steps=pl.when(epochs > 0).then(epochs).otherwise(pl.len()), _any=pl.col("step").is_not_null().any())
-        .filter(~pl.col("_any"))
-    )
+    # Without step numbers: its lines that log a loss, or the distinct epochs its lines name,
+    # whichever says more (an epoch logged ten times without a loss is one epoch).
+    said = pl.max_horizontal(pl.col("loss").count(), pl.col("epoch").drop_nulls().n_unique())
+    unstepped = metrics.group_by(STREAM).agg(steps=said, _any=pl.col("step").is_not_null().any()).filter(~pl.col("_any"))
     return pl.concat([stepped, unstepped.drop("_any")], how="vertical_relaxed")
 
 
