@@ -34,7 +34,8 @@ LAUNCHED = r"^\s+(\d+) ranks? ha(?:s|ve) launched up to operation (\d+)\s*$"
 
 def ras_findings(lines: pl.DataFrame) -> pl.DataFrame:
     """RAS00x findings from every RAS report among `lines` (see Notes)."""
-    reports = lines.filter(pl.col("text").str.contains(ISSUE_HEADER)).select("file").unique()
+    headed = lines.filter(pl.col("text").str.starts_with("#"))  # a cheap scan first: most lines are no RAS header
+    reports = headed.filter(pl.col("text").str.contains(ISSUE_HEADER)).select("file").unique()
     if reports.is_empty():
         return empty(FINDINGS)
     text = pl.col("text")

@@ -219,7 +219,7 @@ def missing_checkpoint_keys(lines: pl.DataFrame, findings: pl.DataFrame) -> pl.D
     """CTX010: an unexplained `KeyError: 'name'` whose innermost frame or source line reads a
     loaded checkpoint: the file lacks what the code expects (weights saved without the optimizer,
     a bare state dict where a training snapshot was expected, another version's layout)."""
-    if lines.is_empty():
+    if lines.is_empty() or not lines["text"].str.contains("KeyError: ", literal=True).any():
         return empty(FINDINGS)
     text = pl.col("text")
     scoped = _tracebacks(lines).with_columns(
