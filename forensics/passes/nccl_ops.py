@@ -34,8 +34,7 @@ def op_count_findings(ops: pl.DataFrame | None) -> pl.DataFrame:
     if ops is None or ops.is_empty():
         return empty(FINDINGS)
     calls = _communicators(ops)
-    found = [_behind(calls), _odd_call(calls)]
-    return pl.concat([f for f in found if not f.is_empty()]) if any(not f.is_empty() for f in found) else empty(FINDINGS)
+    return pl.concat([_behind(calls), _odd_call(calls)])
 
 
 def _communicators(ops: pl.DataFrame) -> pl.DataFrame:
@@ -53,7 +52,8 @@ def _communicators(ops: pl.DataFrame) -> pl.DataFrame:
     return calls.join(blurred, on="group", how="anti")
 
 
-def _process(rows: pl.DataFrame) -> pl.Expr:
+def _process() -> pl.Expr:
+    """`process 615 on host (GPU 2)`: the process a call came from, as NCCL's header names it."""
     return pl.format(
         "process {} on {}{}",
         "pid",
@@ -77,7 +77,7 @@ def _behind(calls: pl.DataFrame) -> pl.DataFrame:
         pattern="NCCLOP001",
         title=pl.format(
             "{} logged its last NCCL call at operation {} while {} of {} processes reached {}: they wait for it",
-            _process(rows),
+            _process(),
             pl.col("op_count").map_elements(hex, return_dtype=pl.String),
             pl.col("processes") - pl.col("behind"),
             "processes",
@@ -108,7 +108,7 @@ def _odd_call(calls: pl.DataFrame) -> pl.DataFrame:
         pattern="NCCLOP002",
         title=pl.format(
             "{} called {} as operation {} where the others called {}: mismatched collectives",
-            _process(rows),
+            _process(),
             "signature",
             pl.col("op_count").map_elements(hex, return_dtype=pl.String),
             "usual",

@@ -55,7 +55,7 @@ def ras_findings(lines: pl.DataFrame) -> pl.DataFrame:
     counts = issue_lines.with_columns(
         _n=text.str.extract(LAUNCHED, 1).cast(pl.Int64), _op=text.str.extract(LAUNCHED, 2).cast(pl.Int64)
     ).filter(pl.col("_n").is_not_null())
-    return pl.concat([_missing(named), *_behind(named, counts)], how="diagonal_relaxed").pipe(lambda f: f if f.height else empty(FINDINGS))
+    return pl.concat([_missing(named), *_behind(named, counts)])
 
 
 def _named_ranks(issue_lines: pl.DataFrame) -> pl.DataFrame:
