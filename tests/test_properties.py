@@ -29,8 +29,11 @@ from forensics.ingest.smi_dmon import parse_dmon
 from forensics.ingest.smi_query import parse_nvidia_smi_query, parse_nvidia_smi_xml
 from forensics.ingest.smi_topo import parse_topo
 from forensics.ingest.traces import load_trace
+from forensics.passes.nccl_ops import op_count_findings
+from forensics.passes.nccl_ras import ras_findings
+from forensics.passes.stacks import stack_waits
 from forensics.safe_pickle import load_plain
-from forensics.schema import LINES, conform
+from forensics.schema import FINDINGS, LINES, conform
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXAMPLES = int(os.environ.get("FORENSICS_FUZZ_EXAMPLES", "60"))
@@ -53,6 +56,9 @@ LOGS = _texts(
     "formats/lspci_*/*",
     "formats/dcgmi_*/*",
     "formats/ibstat_*/*",
+    "formats/gdb_*/*.txt",
+    "formats/ncclras_*/*.txt",
+    "formats/ncclras_*/*.log",
 )
 
 
@@ -102,6 +108,8 @@ def test_line_readers_return_their_tables_whatever_the_lines(text):
     for reader in (parse_nccl, parse_dcgm, parse_fabric, parse_pcie):
         tables = reader(lines)
         assert all(isinstance(frame, pl.DataFrame) for frame in tables.values()), reader.__name__
+    for judged in (ras_findings(lines), stack_waits(lines), op_count_findings(parse_nccl(lines)["nccl_ops"])):
+        assert judged.columns == list(FINDINGS)
     events, problem = parse_kernel_log(text, "dmesg.txt")
     assert isinstance(events, pl.DataFrame) and (problem is None or isinstance(problem, str))
 
