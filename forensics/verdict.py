@@ -35,10 +35,9 @@ import polars as pl
 
 from forensics.catalog.load import Derived, Pattern
 from forensics.causal_chain import causal_chain
-from forensics.passes.rank_ranges import rank_ranges
-from forensics.passes.slowdown import SLOWDOWN_PATTERNS
-from forensics.passes.traceback_context import UNCAUGHT
+from forensics.run_state import run_state
 from forensics.schema import CATEGORY_SPECIFICITY, SEVERITY_ORDER, Category
+from forensics.triage import triage
 
 # An unmatched line that says something failed: an exception raised, or a logger's ERROR level
 # (detectron2 `ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:`).
@@ -52,8 +51,6 @@ MAX_EVIDENCE = 12
 # When at least this many ranks, and this share of the ranks the job had, fail the same
 # way first-hand, the cause is shared (config, data, environment): no single culprit.
 JOB_WIDE_MIN_RANKS = 3
-# A failure this close to the first timestamp of all the logs says where the excerpt starts, not when the run failed.
-LOGS_START_AT_FAILURE_S = 5.0
 JOB_WIDE_SHARE = 0.75
 
 
@@ -324,94 +321,6 @@ def _confidence(hypotheses: list[Hypothesis], patterns: dict[str, Pattern | Deri
     return round(min(0.99, top.score * (0.6 + 0.4 * margin) * factor), 2)
 
 
-EXCEPTION_TEXT = (
-    r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b:|\b(?:CUDA|NCCL|cuDNN) error\b|exception: |terminate called"
-    r"|\bexitcode: -?[1-9]|exit(?:s|ed)? with (?:return )?code|\bexit code:? -?[1-9]|return code = -?[1-9]|exit status -?[1-9]"
-    r"|exited on signal|interrupted by signal"
-    r"|\b(?:Segmentation fault|Aborted|core dumped|Killed|CANCELLED|Out Of Memory|oom-kill)\b|Received (?:Signals\.)?SIG[A-Z]+|Received \d+ death signal"
-    r"|\bNCCL failure\b|\bncclSystemError\b|unhandled system error|Fatal Python error|\bFATAL\b"
-    r"|sigkill_handler\] Killing subprocess"  # the DeepSpeed launcher ends its workers
-    r"|terminated normally, but \d+ process(?:es)? returned"  # mpirun: a rank exited non-zero
-    r"|Check failed: |: Assertion [`'].*' failed\."  # native checks abort the process
-    r"|^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\s*$"  # a traceback's last line with no message: `AssertionError`
-)
-
-
-# A sticky CUDA error, an OOM or a dead GPU ends the process even when no exception line survived.
-FATAL_BY_NATURE = [Category.CUDA_ERROR, Category.CUDA_OOM, Category.HARDWARE, Category.HOST_OOM]
-# An error with a cause (a network, setup, kill, storage or data error, and a CUDA error or an OOM
-# logged at error level: NCCL's `Cuda failure`) ends the job too, unless the ranks then hung until a
-# timeout (an IB error that leaves the collective waiting for the watchdog). Hardware at error level
-# (a throttled GPU, corrected ECC errors) may leave the job running slower: only critical is fatal.
-FATAL_UNLESS_HUNG = [
-    Category.CUDA_ERROR,
-    Category.CUDA_OOM,
-    Category.HOST_OOM,
-    Category.NETWORK,
-    Category.ENVIRONMENT,
-    Category.PROCESS_KILLED,
-    Category.CHECKPOINT_IO,
-    Category.DATA_PIPELINE,
-]
-
-
-def _state(category: str, ranks: pl.DataFrame, findings: pl.DataFrame, culprits: list[int], waits: frozenset[str] = frozenset()) -> str:
-    """How the job ended, from the evidence rather than the category.
-
-    crashed: the culprit (or, with none named, any rank) ended on an exception, an exit
-    code, a kill or an abort of its own, or an error with a cause (network, setup, kill, storage,
-    data, or a CUDA or memory one logged at error level; the failure itself or its symptom, such as
-    NCCL's `-> 2` chain) stands with no hang after it, or an uncaught traceback (cut off before its
-    exception line or not) ends a process while nothing shows a hang; hung: collectives timed out or a hang was
-    localized while the culprit went quiet, even if the watchdog then aborted everyone, or
-    a stack dump, an NCCL RAS report of missing or lagging ranks, or a pattern of `waits` (the catalog's
-    flag: resources left pending) shows processes waiting;
-    diverged: numerics went bad while the processes kept running; slow: nothing died
-    and something was slower than it should be; unknown: none of that is evident.
-    """
-    if category == Category.NO_FAILURE:
-        return "healthy"
-    failures = findings.filter(pl.col("role") != "event", pl.col("severity") != "info")
-    if failures.is_empty():
-        return "unknown"
-    dying = pl.col("text").str.contains(EXCEPTION_TEXT)
-    own_errors = failures.filter(
-        pl.col("role").is_in(["initiating", "symptom"]) & (pl.col("category") != Category.COLLECTIVE_TIMEOUT) & dying
-    )
-    if culprits:
-        own_errors = own_errors.filter(pl.col("rank").is_in(culprits))
-    timed_out = (pl.col("category") == Category.COLLECTIVE_TIMEOUT) & pl.col("text").str.contains(r"(?i)timed? ?out")
-    # A rank whose own collective timed out dies by its watchdog (SIGABRT, a fatal Python error, the
-    # exception the stuck call raises): the hang ending, not a crash of its own.
-    timed_out_ranks = failures.filter(timed_out)["rank"].drop_nulls().unique().implode()
-    own_errors = own_errors.filter(~pl.col("rank").is_in(timed_out_ranks).fill_null(False))
-    fatal = failures.filter(pl.col("role") == "initiating", pl.col("severity") == "critical", pl.col("category").is_in(FATAL_BY_NATURE))
-    culprit_died = not own_errors.is_empty() or not fatal.is_empty() or (not ranks.is_empty() and ranks["status"].is_in(["killed"]).any())
-    anyone_died = culprit_died or not failures.filter(dying).is_empty()
-    # A traceback the log cuts off before its exception line was still uncaught: its process died.
-    traceback_ended = not failures.filter(pl.col("pattern").is_in(list(UNCAUGHT))).is_empty()
-    # localized, dumped while waiting, seen waiting by NCCL RAS, or a line that says the processes wait
-    waiting = pl.col("pattern").str.contains("^(?:HANG|STACK|RAS)") | pl.col("pattern").is_in(list(waits))
-    hang_evidence = not failures.filter(timed_out | waiting).is_empty()
-    if category == Category.NUMERICAL:
-        return "crashed" if anyone_died else "diverged"
-    if culprit_died:
-        return "crashed"
-    if hang_evidence:
-        return "hung"
-    ended = failures.filter(
-        pl.col("role").is_in(["initiating", "symptom"]),
-        pl.col("severity").is_in(["critical", "error"]),
-        pl.col("category").is_in(FATAL_UNLESS_HUNG),
-    )
-    if anyone_died or traceback_ended or not ended.is_empty():
-        return "crashed"
-    slowing = (pl.col("category") == Category.STRAGGLER) | pl.col("pattern").is_in(list(SLOWDOWN_PATTERNS))
-    if category == Category.STRAGGLER or not failures.filter(slowing).is_empty():
-        return "slow"
-    return "unknown"
-
-
 def _cascade_note(findings: pl.DataFrame, culprits: list[int], category: str) -> str:
     if category == Category.ENVIRONMENT:
         reporting = findings.filter(pl.col("category") == category, pl.col("role") != "event")["rank"].drop_nulls().n_unique()
@@ -424,80 +333,6 @@ def _cascade_note(findings: pl.DataFrame, culprits: list[int], category: str) ->
     if not culprits:
         return f" {others} rank{plural} reported it; the rank that started it is UNKNOWN."
     return f" {others} other rank{plural} then failed in cascade."
-
-
-# The investigation protocol's priors: what usually fails in each time window of a run.
-EARLY = {Category.ENVIRONMENT, Category.DEVICE_MISMATCH, Category.CHECKPOINT_IO, Category.CUDA_OOM, Category.DATA_PIPELINE}
-AFTER_WARMUP = {
-    Category.NUMERICAL,
-    Category.CUDA_OOM,
-    Category.HOST_OOM,
-    Category.DATA_PIPELINE,
-    Category.CHECKPOINT_IO,
-    Category.STRAGGLER,
-}
-LATE = {Category.HARDWARE, Category.COLLECTIVE_TIMEOUT, Category.NETWORK, Category.PROCESS_KILLED, Category.CUDA_ERROR}
-
-
-def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFrame, ranks: pl.DataFrame, world: int | None) -> list[str]:
-    """The investigation protocol's first two questions: when did it fail, and how many ranks."""
-    notes = []
-    start = lines["time"].min() if not lines.is_empty() else None
-    first_time = (first.get("time") or first.get("time_after")) if first else None
-    if start is not None and first_time:
-        elapsed = (datetime.fromisoformat(first_time.replace("Z", "+00:00")) - start).total_seconds()
-        if not first.get("time"):
-            notes.append("The failing line has no timestamp; timing uses the last timestamp before it in the same log.")
-        if elapsed < LOGS_START_AT_FAILURE_S:
-            notes.append("Time into the run: UNKNOWN; the logs start at the failure (their first timestamp is within seconds of it).")
-            window = None
-        elif elapsed < 300:
-            window, prior = f"{elapsed:.0f} s after the first log line", EARLY
-            note = "early failures point to configuration or environment"
-        elif elapsed < 3 * 3600:
-            window, prior = f"{elapsed / 60:.0f} min into the run", AFTER_WARMUP
-            note = "after warm-up, look at numerics and resources (memory, data)"
-        else:
-            window, prior = f"{elapsed / 3600:.1f} h into the run", LATE
-            note = "late failures point to hardware or rare races"
-        if window is not None:
-            known = verdict_category not in (Category.UNKNOWN, Category.NO_FAILURE)
-            if known and verdict_category not in prior:
-                note += f"; here the evidence points to {verdict_category} instead"
-            slow = verdict_category == Category.STRAGGLER  # slow, not failed: its first slow line is placed
-            notes.append(f"{'First seen slow' if slow else 'Failed'} {window}: {note}.")
-    elif first is None:
-        notes.append("Time into the run: no failing line to place in time.")
-    else:
-        notes.append("Time into the run: UNKNOWN (the failing lines carry no timestamps).")
-    if not ranks.is_empty():
-        failed = ranks.filter(pl.col("status").is_in(["crashed", "killed"]))["rank"].to_list()
-        total = world or ranks.height
-        if verdict_category == Category.NO_FAILURE:
-            notes.append(
-                "The one rank seen ended without a failure signature."
-                if total == 1
-                else f"All {total} ranks seen ended without a failure signature."
-            )
-        elif len(failed) == 1 and total == 1:
-            notes.append(f"The one rank seen failed first-hand (rank {failed[0]}).")
-        elif len(failed) == 1:
-            notes.append(f"One rank of {total} failed first-hand (rank {failed[0]}); the others' errors are consequences.")
-        elif failed:
-            notes.append(f"{len(failed)} of {total} ranks failed first-hand: a shared cause (data, config, network, code) is likely.")
-        elif timed_out := ranks.filter(pl.col("status") == "timed_out")["rank"].to_list():
-            stalled = ranks.filter(pl.col("status") == "stalled")["rank"].to_list()
-            also = f" and {len(stalled)} stalled ({'rank' if len(stalled) == 1 else 'ranks'} {rank_ranges(stalled)})" if stalled else ""
-            notes.append(
-                f"No rank crashed; {len(timed_out)} of {total} timed out waiting{also}: a hang, caused by what the ranks"
-                " waited for, not by the ones that timed out."
-            )
-        missing = ranks.filter((pl.col("status") == "silent") & pl.col("lines").is_null())["rank"].to_list()
-        if missing:
-            notes.append(
-                f"{len(missing)} {'rank' if len(missing) == 1 else 'ranks'} left no log at all: {', '.join(map(str, missing[:16]))}."
-            )
-    return notes
 
 
 def _weak(hypothesis: Hypothesis, findings: pl.DataFrame) -> bool:
@@ -633,7 +468,7 @@ def decide(
     summary = top.summary + _cascade_note(findings, top.culprit_ranks, top.category)
     return Verdict(
         category=top.category,
-        state=_state(
+        state=run_state(
             top.category, ranks, findings, top.culprit_ranks, frozenset(pid for pid, p in patterns.items() if getattr(p, "waits", False))
         ),
         summary=summary,
