@@ -145,3 +145,19 @@ def test_a_turned_off_port_is_a_note_unless_another_host_has_it_up(tmp_path):
     assert critical["host"].to_list() == ["gpu-a"] and critical["title"].to_list() == [
         "InfiniBand port mlx5_2 port 1 is Down (physical state Disabled)"
     ]
+
+
+def test_a_test_run_that_lists_its_devices_and_prints_nothing_more_hung_in_its_first_collective(incident):
+    """Real nccl-tests headers cut after their device lists (as a hang leaves them): one host is
+    ENVIRONMENT (peer-to-peer blocked by ACS or the IOMMU), two hosts NETWORK. The whole 2-node
+    log prints `Test NCCL failure`: a run that reports its own failure is no silent hang."""
+    one_host = (FORMATS / "nccltests_5_old_format_cuda_error" / "all_reduce_perf.txt").read_text().splitlines()[:12]
+    two_hosts_full = (FORMATS / "nccltests_219_2node_internal_error" / "all_reduce_perf.txt").read_text().splitlines()
+    cases = [(one_host, "ENVIRONMENT"), (two_hosts_full[:7], "NETWORK")]
+    for text, category in cases:
+        analysis = analyze(incident({"nccl_tests.log": "\n".join(text) + "\n"}))
+        stalled = analysis.incident.findings.filter(pl.col("pattern") == "FABRIC004")
+        assert stalled["category"].to_list() == [category]
+        assert (analysis.verdict.category, analysis.verdict.state) == (category, "hung")
+    failed = analyze(incident({"nccl_tests.log": "\n".join(two_hosts_full) + "\n"}))
+    assert "FABRIC004" not in failed.incident.findings["pattern"].to_list()

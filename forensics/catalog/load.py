@@ -78,6 +78,8 @@ class Derived:
     rank_agnostic: bool = False
     # The finding is about a host itself (a port down), not a rank: the verdict names that host.
     host_fault: bool = False
+    # The finding says processes wait for something that never comes: with nothing dying, the job hung.
+    waits: bool = False
     path: Path | None = field(default=None, compare=False)
     tier = "derived"  # neither a known message nor a message family: a pass's conclusion
 
@@ -161,7 +163,7 @@ def load_derived_entry(path: Path) -> Derived:
     category = data.get("category", "")
     if category and category not in Category.__members__:
         raise CatalogError(f"{path}: unknown category {category!r}")
-    for flag in ("numbered", "rank_agnostic", "host_fault"):
+    for flag in ("numbered", "rank_agnostic", "host_fault", "waits"):
         if not isinstance(data.get(flag, False), bool):
             raise CatalogError(f"{path}: '{flag}' must be true or false")
     return Derived(
@@ -178,6 +180,7 @@ def load_derived_entry(path: Path) -> Derived:
         numbered=data.get("numbered", False),
         rank_agnostic=data.get("rank_agnostic", False),
         host_fault=data.get("host_fault", False),
+        waits=data.get("waits", False),
         path=path,
     )
 

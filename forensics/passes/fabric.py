@@ -14,6 +14,11 @@ each citing its line and naming its host:
   DCGM001   (HARDWARE, critical, initiating): a `dcgmi diag` test that Failed, on its GPU when
             the table names one (a test's own Fail row is left out when GPU rows follow it)
   DCGM002   (HARDWARE, critical, initiating): a GPU or NVSwitch with NVLinks Down
+  FABRIC004 (symptom, error): an nccl-tests run that listed its devices and never printed a
+            result row nor a wrong value: it hung in its first collective (or was stopped, or
+            the paste was cut there). On one host that is ENVIRONMENT: GPU peer-to-peer
+            traffic blocked by PCIe ACS or the IOMMU is NCCL's documented cause of a test
+            that hangs at start; across hosts, NETWORK. Errors a run printed outrank it.
 A host fault is a fault of that host whatever the ranks then report: the NCCL errors and
 timeouts on every rank are what it costs them, and the verdict names the host.
 """
@@ -42,6 +47,35 @@ def fabric_findings(ib_ports: pl.DataFrame | None) -> pl.DataFrame:
         severity=pl.when("turned_off").then(pl.lit("warning")).otherwise(pl.lit("critical")),
         role=pl.when("turned_off").then(pl.lit("event")).otherwise(pl.lit("initiating")),
         captures=pl.struct("ca", "ca_type", "port", "state", "physical_state", "rate_gbps").struct.json_encode(),
+    )  # fmt: skip
+    return conform(found, FINDINGS)
+
+
+# nccl-tests' own failure report (common.cu): `Test NCCL failure common.cu:959 'internal error'`, `Test failure common.cu:844`.
+TEST_FAILURE = r"\bTest (?:NCCL |CUDA )?failure\b"
+
+
+def stalled_test_runs(runs: pl.DataFrame | None, lines: pl.DataFrame) -> pl.DataFrame:
+    """FABRIC004 per nccl-tests run with ranks listed, no result row and no failure report of its
+    own after its header (see the module's notes)."""
+    if runs is None or runs.is_empty():
+        return empty(FINDINGS)
+    failed = lines.filter(pl.col("text").str.contains(TEST_FAILURE)).group_by("file").agg(_failure=pl.col("line").max())
+    stalled = (
+        runs.join(failed, on="file", how="left")
+        .filter(pl.col("sizes").is_null() & pl.col("wrong").is_null() & (pl.col("ranks") > 1))
+        .filter(pl.col("_failure").is_null() | (pl.col("_failure") < pl.col("line")))
+    )
+    one_host = pl.col("hosts").list.len() == 1
+    found = stalled.select(
+        "file", "line", "text",
+        host=pl.when(one_host).then(pl.col("hosts").list.first()),
+        pattern=pl.lit("FABRIC004"),
+        title=pl.format("nccl-tests on {} GPUs listed its devices and printed no result: it hung in its first collective", "ranks"),
+        category=pl.when(one_host).then(pl.lit("ENVIRONMENT")).otherwise(pl.lit("NETWORK")),
+        severity=pl.lit("error"),
+        role=pl.lit("symptom"),
+        captures=pl.struct("ranks", "gpu_model", hosts=pl.col("hosts").list.join(", ")).struct.json_encode(),
     )  # fmt: skip
     return conform(found, FINDINGS)
 

@@ -21,7 +21,7 @@ from forensics.passes.attribution import (
 from forensics.passes.busy_rank import busy_rank_zero
 from forensics.passes.collectives import localize_hang
 from forensics.passes.cross_rank import world_size
-from forensics.passes.fabric import dcgm_findings, fabric_findings, pcie_findings
+from forensics.passes.fabric import dcgm_findings, fabric_findings, pcie_findings, stalled_test_runs
 from forensics.passes.nccl_chains import explain_chains
 from forensics.passes.nccl_ops import op_count_findings
 from forensics.passes.nccl_ras import ras_findings
@@ -104,6 +104,7 @@ def fabric_pass(incident: Incident, progress: Progress) -> None:
     as findings on their host."""
     tables = incident.tables
     incident.add_findings(fabric_findings(tables.get("ib_ports")))
+    incident.add_findings(stalled_test_runs(tables.get("nccl_test_runs"), incident.lines))
     incident.add_findings(pcie_findings(tables.get("pcie_links")))
     incident.add_findings(dcgm_findings(tables.get("dcgm_diag"), tables.get("nvlink_status")))
     incident.add_findings(lost_peer_hosts(incident.findings, tables.get("nccl_interfaces"), incident.lines))
