@@ -145,7 +145,7 @@ def pci_bus_id(expr: pl.Expr) -> pl.Expr:
 # shared helpers
 
 
-def _lines(text: str) -> pl.DataFrame:
+def clean_lines(text: str) -> pl.DataFrame:
     """Physical lines with 1-based numbers, `\\r` and ANSI escapes removed."""
     lines = pl.Series("raw", text.split("\n"), dtype=pl.String)
     return pl.DataFrame({"line": pl.int_range(1, len(lines) + 1, eager=True, dtype=pl.Int64), "raw": lines}).with_columns(
@@ -153,29 +153,29 @@ def _lines(text: str) -> pl.DataFrame:
     )
 
 
-def _null_tokens(expr: pl.Expr) -> pl.Expr:
+def without_null_tokens(expr: pl.Expr) -> pl.Expr:
     value = expr.str.strip_chars()
     return pl.when(value.is_in(NULL_TOKENS)).then(None).otherwise(value)
 
 
-def _serial(expr: pl.Expr) -> pl.Expr:
+def serial_number(expr: pl.Expr) -> pl.Expr:
     """A board serial number; null for N/A and for the all-zero one virtual GPUs report."""
-    value = _null_tokens(expr)
+    value = without_null_tokens(expr)
     return pl.when(value.str.contains(r"^0*$")).then(None).otherwise(value)
 
 
-def _number(expr: pl.Expr) -> pl.Expr:
+def leading_number(expr: pl.Expr) -> pl.Expr:
     """Leading number of a value with or without unit (`629.45 W`, `100 %`, `[N/A]`)."""
-    return _null_tokens(expr).str.extract(NUMBER).cast(pl.Float64, strict=False)
+    return without_null_tokens(expr).str.extract(NUMBER).cast(pl.Float64, strict=False)
 
 
-def _count(expr: pl.Expr) -> pl.Expr:
-    return _number(expr).cast(pl.Int64, strict=False)
+def leading_count(expr: pl.Expr) -> pl.Expr:
+    return leading_number(expr).cast(pl.Int64, strict=False)
 
 
-def _flag(expr: pl.Expr) -> pl.Expr:
+def flag(expr: pl.Expr) -> pl.Expr:
     """Active/Yes/Enabled/1 -> True, Not Active/No/0 -> False, anything else -> null."""
-    value = _null_tokens(expr).str.to_lowercase()
+    value = without_null_tokens(expr).str.to_lowercase()
     return (
         pl.when(value.is_in(["active", "yes", "enabled", "1", "true"]))
         .then(True)
@@ -184,7 +184,7 @@ def _flag(expr: pl.Expr) -> pl.Expr:
     )
 
 
-def _reasons(flags: dict[str, pl.Expr]) -> pl.Expr:
+def true_reasons(flags: dict[str, pl.Expr]) -> pl.Expr:
     """List of the reason names whose flag is true."""
     present = [pl.when(expr).then(pl.lit(name)) for name, expr in flags.items()]
     if not present:
@@ -192,14 +192,14 @@ def _reasons(flags: dict[str, pl.Expr]) -> pl.Expr:
     return pl.concat_list(present).list.drop_nulls()
 
 
-def _sum_or_null(parts: list[pl.Expr]) -> pl.Expr:
+def sum_or_null(parts: list[pl.Expr]) -> pl.Expr:
     """Sum of the parts that are present; null when none is."""
     if not parts:
         return pl.lit(None, dtype=pl.Int64)
     return pl.when(pl.any_horizontal([p.is_not_null() for p in parts])).then(pl.sum_horizontal(parts))
 
 
-def _col(df: pl.DataFrame, *names: str) -> pl.Expr:
+def first_column(df: pl.DataFrame, *names: str) -> pl.Expr:
     """The first of `names` that is a column of df, coalesced over all that are; else null."""
     present = [pl.col(n) for n in names if n in df.columns]
     if not present:
@@ -207,14 +207,14 @@ def _col(df: pl.DataFrame, *names: str) -> pl.Expr:
     return pl.coalesce(present) if len(present) > 1 else present[0]
 
 
-def _binary_problem(text: str) -> str | None:
+def binary_problem(text: str) -> str | None:
     bad = text.count("\x00") + text.count("\ufffd")
     if bad and bad > max(8, len(text) // 1000):
         return f"binary or undecodable content ({bad} bad characters)"
     return None
 
 
-def _distinct(names: list[str]) -> list[str]:
+def distinct_names(names: list[str]) -> list[str]:
     """Header names made unique: a dmon units line (`#HH:MM:SS Idx W C C %`) or a CSV header
     that asks for one field twice repeats some; each repeat becomes `name#2`, `name#3`."""
     seen: dict[str, int] = {}

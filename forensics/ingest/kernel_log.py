@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from forensics.ingest.gpu import _binary_problem, _lines, pci_bus_id
+from forensics.ingest.gpu import binary_problem, clean_lines, pci_bus_id
 from forensics.ingest.timestamps import infer_year, line_time
 from forensics.schema import TIME, conform, empty
 from forensics.xid import xid_frame
@@ -79,8 +79,8 @@ def parse_kernel_log(
     dates syslog lines, which carry no year (otherwise taken from the text's own full
     dates; without any, those lines keep a null time rather than an invented year).
     """
-    problem = _binary_problem(text)
-    lines = _lines(text).rename({"raw": "text"})
+    problem = binary_problem(text)
+    lines = clean_lines(text).rename({"raw": "text"})
     hits = lines.filter(pl.col("text").str.contains(PREFILTER))
     boot = boot_time or _btime(hits)
     hits = hits.filter(~pl.col("text").str.contains(r"^btime \d+"))

@@ -9,18 +9,18 @@ import polars as pl
 from forensics.ingest.gpu import (
     GPU_SAMPLES,
     REASON_BITS,
-    _binary_problem,
-    _col,
-    _count,
-    _distinct,
-    _flag,
-    _lines,
-    _null_tokens,
-    _number,
-    _reasons,
-    _serial,
-    _sum_or_null,
+    binary_problem,
+    clean_lines,
+    distinct_names,
+    first_column,
+    flag,
+    leading_count,
+    leading_number,
     pci_bus_id,
+    serial_number,
+    sum_or_null,
+    true_reasons,
+    without_null_tokens,
 )
 from forensics.ingest.timestamps import line_time
 from forensics.schema import InputKind, conform, empty
@@ -95,8 +95,8 @@ def parse_gpu_csv(text: str, file: str, host: str | None = None, columns: list[s
         id, uuid, and the first W and % columns (power draw/limit, GPU/memory
         utilization) can be told from their look, and the problem says so.
     """
-    problem = _binary_problem(text)
-    df = _lines(text).filter(pl.col("raw").str.strip_chars() != "")
+    problem = binary_problem(text)
+    df = clean_lines(text).filter(pl.col("raw").str.strip_chars() != "")
     if df.is_empty():
         return empty(GPU_SAMPLES), problem or "empty file"
     first = df["raw"][0]
@@ -109,7 +109,7 @@ def parse_gpu_csv(text: str, file: str, host: str | None = None, columns: list[s
     else:
         names = [_csv_name(c) for c in _infer_csv_columns(first.split(","))]
         problem = problem or "no CSV header: columns inferred from their values (identity, power, utilization only)"
-    names = _distinct(names)  # a repeated field keeps its first column
+    names = distinct_names(names)  # a repeated field keeps its first column
     if header_text is not None:
         df = df.filter(pl.col("raw") != header_text)
     cells = pl.col("raw").str.split(",")
@@ -120,7 +120,7 @@ def parse_gpu_csv(text: str, file: str, host: str | None = None, columns: list[s
         if names
         else df.head(0)
     )
-    dropped = _lines(text).filter(pl.col("raw").str.strip_chars() != "").height - df.height - (header_text is not None)
+    dropped = clean_lines(text).filter(pl.col("raw").str.strip_chars() != "").height - df.height - (header_text is not None)
     if dropped > 0 and problem is None:
         problem = f"{dropped} line(s) with a different number of cells were skipped (truncated or mixed queries)"
     if df.is_empty():
@@ -130,7 +130,7 @@ def parse_gpu_csv(text: str, file: str, host: str | None = None, columns: list[s
 
 def _csv_samples(df: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
     prefix = "clocks_event_reasons."
-    mask = _null_tokens(_col(df, prefix + "active")).str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False)
+    mask = without_null_tokens(first_column(df, prefix + "active")).str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False)
     reason_cols = {
         "hw_slowdown": "hw_slowdown",
         "hw_thermal": "hw_thermal_slowdown",
@@ -138,37 +138,42 @@ def _csv_samples(df: pl.DataFrame, file: str, host: str | None) -> pl.DataFrame:
         "sw_power_cap": "sw_power_cap",
         "power_brake": "hw_power_brake_slowdown",
     }
-    flags = {reason: pl.coalesce(_flag(_col(df, prefix + col)), (mask & REASON_BITS[reason]) != 0) for reason, col in reason_cols.items()}
+    flags = {
+        reason: pl.coalesce(flag(first_column(df, prefix + col)), (mask & REASON_BITS[reason]) != 0) for reason, col in reason_cols.items()
+    }
     out = df.with_columns(
         host=pl.lit(host, dtype=pl.String),
-        gpu=_count(_col(df, "index")).cast(pl.Int32),
-        pci_bus_id=pci_bus_id(_null_tokens(_col(df, "pci.bus_id"))),
-        uuid=_null_tokens(_col(df, "uuid")),
-        serial=_serial(_col(df, "serial")),
-        name=_null_tokens(_col(df, "name")),
-        time=line_time(_col(df, "timestamp").fill_null(""), 1970),
+        gpu=leading_count(first_column(df, "index")).cast(pl.Int32),
+        pci_bus_id=pci_bus_id(without_null_tokens(first_column(df, "pci.bus_id"))),
+        uuid=without_null_tokens(first_column(df, "uuid")),
+        serial=serial_number(first_column(df, "serial")),
+        name=without_null_tokens(first_column(df, "name")),
+        time=line_time(first_column(df, "timestamp").fill_null(""), 1970),
         source=pl.lit(InputKind.NVIDIA_SMI_CSV.value),
-        temperature_c=_number(_col(df, "temperature.gpu")),
-        power_draw_w=_number(_col(df, "power.draw", "power.draw.average", "power.draw.instant")),
-        power_limit_w=_number(_col(df, "power.limit", "enforced.power.limit")),
-        sm_util_pct=_number(_col(df, "utilization.gpu")),
-        mem_util_pct=_number(_col(df, "utilization.memory")),
-        memory_used_mib=_number(_col(df, "memory.used")),
-        memory_total_mib=_number(_col(df, "memory.total")),
-        sm_clock_mhz=_number(_col(df, "clocks.current.sm")),
-        throttle_reasons=_reasons(flags),
-        ecc_corrected_volatile=_count(_col(df, "ecc.errors.corrected.volatile.total")),
-        ecc_uncorrected_volatile=_count(_col(df, "ecc.errors.uncorrected.volatile.total")),
-        ecc_corrected_aggregate=_count(_col(df, "ecc.errors.corrected.aggregate.total")),
-        ecc_uncorrected_aggregate=_count(_col(df, "ecc.errors.uncorrected.aggregate.total")),
-        retired_pages=_sum_or_null(
-            [_count(_col(df, "retired_pages.single_bit_ecc.count")), _count(_col(df, "retired_pages.double_bit.count"))]
+        temperature_c=leading_number(first_column(df, "temperature.gpu")),
+        power_draw_w=leading_number(first_column(df, "power.draw", "power.draw.average", "power.draw.instant")),
+        power_limit_w=leading_number(first_column(df, "power.limit", "enforced.power.limit")),
+        sm_util_pct=leading_number(first_column(df, "utilization.gpu")),
+        mem_util_pct=leading_number(first_column(df, "utilization.memory")),
+        memory_used_mib=leading_number(first_column(df, "memory.used")),
+        memory_total_mib=leading_number(first_column(df, "memory.total")),
+        sm_clock_mhz=leading_number(first_column(df, "clocks.current.sm")),
+        throttle_reasons=true_reasons(flags),
+        ecc_corrected_volatile=leading_count(first_column(df, "ecc.errors.corrected.volatile.total")),
+        ecc_uncorrected_volatile=leading_count(first_column(df, "ecc.errors.uncorrected.volatile.total")),
+        ecc_corrected_aggregate=leading_count(first_column(df, "ecc.errors.corrected.aggregate.total")),
+        ecc_uncorrected_aggregate=leading_count(first_column(df, "ecc.errors.uncorrected.aggregate.total")),
+        retired_pages=sum_or_null(
+            [
+                leading_count(first_column(df, "retired_pages.single_bit_ecc.count")),
+                leading_count(first_column(df, "retired_pages.double_bit.count")),
+            ]
         ),
-        retired_pages_pending=_flag(_col(df, "retired_pages.pending")),
-        remapped_rows_correctable=_count(_col(df, "remapped_rows.correctable")),
-        remapped_rows_uncorrectable=_count(_col(df, "remapped_rows.uncorrectable")),
-        remapped_rows_pending=_flag(_col(df, "remapped_rows.pending")),
-        remapped_rows_failure=_flag(_col(df, "remapped_rows.failure")),
+        retired_pages_pending=flag(first_column(df, "retired_pages.pending")),
+        remapped_rows_correctable=leading_count(first_column(df, "remapped_rows.correctable")),
+        remapped_rows_uncorrectable=leading_count(first_column(df, "remapped_rows.uncorrectable")),
+        remapped_rows_pending=flag(first_column(df, "remapped_rows.pending")),
+        remapped_rows_failure=flag(first_column(df, "remapped_rows.failure")),
         file=pl.lit(file),
     )
     return conform(out, GPU_SAMPLES)

@@ -7,14 +7,14 @@ import polars as pl
 from forensics.ingest.gpu import (
     GPU_PROCESSES,
     GPU_SAMPLES,
-    _binary_problem,
-    _col,
-    _count,
-    _distinct,
-    _lines,
-    _null_tokens,
-    _number,
-    _reasons,
+    binary_problem,
+    clean_lines,
+    distinct_names,
+    first_column,
+    leading_count,
+    leading_number,
+    true_reasons,
+    without_null_tokens,
 )
 from forensics.ingest.timestamps import line_time
 from forensics.schema import InputKind, conform, empty
@@ -34,7 +34,7 @@ DMON_COLUMNS = {
 
 def _dmon_rows(text: str) -> tuple[pl.DataFrame, list[str], str | None]:
     """Data rows split on whitespace, with the column names of the `#` header above them."""
-    df = _lines(text)
+    df = clean_lines(text)
     is_header = pl.col("raw").str.starts_with("#")
     df = df.with_columns(
         header=pl.when(is_header & ~is_header.shift(1, fill_value=False)).then(pl.col("raw")),
@@ -46,7 +46,7 @@ def _dmon_rows(text: str) -> tuple[pl.DataFrame, list[str], str | None]:
     problem = None
     if len(headers) > 1:
         problem = f"{len(headers)} different header layouts; only the first is read"
-    names = _distinct([n.lower() for n in headers[0].lstrip("#").split()])
+    names = distinct_names([n.lower() for n in headers[0].lstrip("#").split()])
     if not names:
         return rows.head(0), [], "an empty `#` header line"
     rows = rows.filter(pl.col("header") == headers[0])
@@ -62,8 +62,8 @@ def _dmon_rows(text: str) -> tuple[pl.DataFrame, list[str], str | None]:
 
 
 def _dmon_time(rows: pl.DataFrame) -> pl.Expr:
-    date = _col(rows, "c_date")
-    clock = _col(rows, "c_time")
+    date = first_column(rows, "c_date")
+    clock = first_column(rows, "c_time")
     iso = pl.concat_str(date.str.slice(0, 4), pl.lit("-"), date.str.slice(4, 2), pl.lit("-"), date.str.slice(6, 2), pl.lit(" "), clock)
     return line_time(iso.fill_null(""), 1970)
 
@@ -77,22 +77,22 @@ def parse_dmon(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
         columns); otherwise time is null and `line` keeps their order. `pviol` > 0 and
         `tviol` > 0 become the `power_violation` / `thermal_violation` reasons.
     """
-    problem = _binary_problem(text)
+    problem = binary_problem(text)
     rows, names, read_problem = _dmon_rows(text)
     problem = problem or read_problem
     if not names or "pid" in names or rows.is_empty():
         return empty(GPU_SAMPLES), problem or ("pmon output, not dmon" if "pid" in names else "no data rows")
-    metrics = {column: _number(pl.col(f"c_{name}")) for name, column in DMON_COLUMNS.items() if name in names}
+    metrics = {column: leading_number(pl.col(f"c_{name}")) for name, column in DMON_COLUMNS.items() if name in names}
     flags = {
-        "power_violation": _number(_col(rows, "c_pviol")) > 0,
-        "thermal_violation": _number(_col(rows, "c_tviol")) > 0,
+        "power_violation": leading_number(first_column(rows, "c_pviol")) > 0,
+        "thermal_violation": leading_number(first_column(rows, "c_tviol")) > 0,
     }
     out = rows.with_columns(
         host=pl.lit(host, dtype=pl.String),
-        gpu=_count(_col(rows, "c_gpu")).cast(pl.Int32),
+        gpu=leading_count(first_column(rows, "c_gpu")).cast(pl.Int32),
         time=_dmon_time(rows),
         source=pl.lit(InputKind.NVIDIA_SMI_DMON.value),
-        throttle_reasons=_reasons(flags),
+        throttle_reasons=true_reasons(flags),
         file=pl.lit(file),
         **{column: expr for column, expr in metrics.items()},
     ).with_columns(
@@ -107,18 +107,18 @@ def parse_dmon(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
 
 def parse_pmon(text: str, file: str, host: str | None = None) -> tuple[pl.DataFrame, str | None]:
     """`nvidia-smi pmon` text -> GPU_PROCESSES rows (which pid ran on which GPU)."""
-    problem = _binary_problem(text)
+    problem = binary_problem(text)
     rows, names, read_problem = _dmon_rows(text)
     problem = problem or read_problem
     if "pid" not in names or rows.is_empty():
         return empty(GPU_PROCESSES), problem or "no pmon rows"
     out = rows.with_columns(
         host=pl.lit(host, dtype=pl.String),
-        gpu=_count(pl.col("c_gpu")).cast(pl.Int32),
-        pid=_count(pl.col("c_pid")),
-        type=_null_tokens(_col(rows, "c_type")),
-        process=_null_tokens(_col(rows, "c_command")),
-        sm_util_pct=_number(_col(rows, "c_sm")),
+        gpu=leading_count(pl.col("c_gpu")).cast(pl.Int32),
+        pid=leading_count(pl.col("c_pid")),
+        type=without_null_tokens(first_column(rows, "c_type")),
+        process=without_null_tokens(first_column(rows, "c_command")),
+        sm_util_pct=leading_number(first_column(rows, "c_sm")),
         time=_dmon_time(rows),
         file=pl.lit(file),
     ).filter(pl.col("pid").is_not_null())

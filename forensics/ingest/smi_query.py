@@ -12,17 +12,17 @@ import polars as pl
 from forensics.ingest.gpu import (
     GPU_SAMPLES,
     REASONS,
-    _binary_problem,
-    _col,
-    _count,
-    _flag,
-    _lines,
-    _null_tokens,
-    _number,
-    _reasons,
-    _serial,
-    _sum_or_null,
+    binary_problem,
+    clean_lines,
+    first_column,
+    flag,
+    leading_count,
+    leading_number,
     pci_bus_id,
+    serial_number,
+    sum_or_null,
+    true_reasons,
+    without_null_tokens,
 )
 from forensics.ingest.timestamps import line_time
 from forensics.schema import InputKind, conform, empty
@@ -110,8 +110,8 @@ def parse_nvidia_smi_query(text: str, file: str, host: str | None = None) -> tup
         line; known paths of both driver generations map to sample columns. A new
         `Timestamp` line at column 0 starts a new dump.
     """
-    problem = _binary_problem(text)
-    df = _lines(text)
+    problem = binary_problem(text)
+    df = clean_lines(text)
     body = pl.col("raw").str.strip_chars()
     indent = pl.col("raw").str.len_chars() - pl.col("raw").str.strip_chars_start(" ").str.len_chars()
     kv = body.str.extract_groups(r"^(?P<key>.*?)\s+:(?:\s(?P<value>.*))?$")
@@ -218,7 +218,7 @@ def _xml_fields() -> dict[str, str]:
     for word in ("event", "throttle"):
         for tag, reason in (("hw_slowdown", "hw_slowdown"), ("hw_thermal_slowdown", "hw_thermal"), ("sw_thermal_slowdown", "sw_thermal"),
                             ("sw_power_cap", "sw_power_cap"), ("hw_power_brake_slowdown", "power_brake")):  # fmt: skip
-            fields[f"clocks_{word}_reasons/clocks_{word}_reason_{tag}"] = f"reason_{reason}"
+            fields[f"clocks_{word}true_reasons/clocks_{word}_reason_{tag}"] = f"reason_{reason}"
     fields.update(
         _ecc_fields("ecc_errors", "sram_correctable", "sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded")
     )
@@ -240,9 +240,9 @@ def parse_nvidia_smi_xml(text: str, file: str, host: str | None = None) -> tuple
         `<tag>value</tag>` is a value at the current path; `<gpu id="...">` opens a GPU and
         `<nvidia_smi_log>` a new dump, whose `<timestamp>` dates every GPU in it.
     """
-    problem = _binary_problem(text)
+    problem = binary_problem(text)
     parts = pl.col("raw").str.extract_groups(_XML_LINE)
-    df = _lines(text).with_columns(parts=parts).unnest("parts")
+    df = clean_lines(text).with_columns(parts=parts).unnest("parts")
     opens = pl.col("tag").is_not_null() & pl.col("close").is_null() & pl.col("value").is_null() & pl.col("empty").is_null()
     closes = pl.col("close").is_not_null()
     df = df.with_columns(opens=opens.fill_null(False), closes=closes.fill_null(False)).with_columns(
@@ -292,41 +292,49 @@ def parse_nvidia_smi_xml(text: str, file: str, host: str | None = None) -> tuple
 def _q_samples(wide: pl.DataFrame, file: str, host: str | None, source: InputKind) -> pl.DataFrame:
     def ecc(kind: str, scope: str) -> pl.Expr:
         cols = [c for c in wide.columns if c.startswith(f"ecc_{kind}_{scope}_")]
-        return _sum_or_null([_count(pl.col(c)) for c in cols])
+        return sum_or_null([leading_count(pl.col(c)) for c in cols])
 
-    limit = pl.coalesce(_number(_col(wide, "limit_current")), _number(_col(wide, "limit_enforced")), _number(_col(wide, "limit_plain")))
-    draw = pl.coalesce(_number(_col(wide, "power_draw")), _number(_col(wide, "power_avg")), _number(_col(wide, "power_inst")))
+    limit = pl.coalesce(
+        leading_number(first_column(wide, "limit_current")),
+        leading_number(first_column(wide, "limit_enforced")),
+        leading_number(first_column(wide, "limit_plain")),
+    )
+    draw = pl.coalesce(
+        leading_number(first_column(wide, "power_draw")),
+        leading_number(first_column(wide, "power_avg")),
+        leading_number(first_column(wide, "power_inst")),
+    )
     out = wide.with_columns(
         host=pl.lit(host, dtype=pl.String),
         pci_bus_id=pci_bus_id(pl.col("bus")),
-        uuid=_null_tokens(_col(wide, "uuid")),
-        serial=_serial(_col(wide, "serial")),
-        name=_null_tokens(_col(wide, "name")),
+        uuid=without_null_tokens(first_column(wide, "uuid")),
+        serial=serial_number(first_column(wide, "serial")),
+        name=without_null_tokens(first_column(wide, "name")),
         time=line_time(pl.col("stamp").fill_null(""), 1970),
         source=pl.lit(source.value),
-        temperature_c=_number(_col(wide, "temperature_c")),
+        temperature_c=leading_number(first_column(wide, "temperature_c")),
         thermal_headroom_c=pl.coalesce(
-            _number(_col(wide, "slowdown_temp")) - _number(_col(wide, "temperature_c")),
-            _number(_col(wide, "tlimit_headroom")) - _number(_col(wide, "slowdown_tlimit")),
+            leading_number(first_column(wide, "slowdown_temp")) - leading_number(first_column(wide, "temperature_c")),
+            leading_number(first_column(wide, "tlimit_headroom")) - leading_number(first_column(wide, "slowdown_tlimit")),
         ),
         power_draw_w=draw,
         power_limit_w=limit,
-        sm_util_pct=_number(_col(wide, "sm_util_pct")),
-        mem_util_pct=_number(_col(wide, "mem_util_pct")),
-        memory_used_mib=_number(_col(wide, "memory_used_mib")),
-        memory_total_mib=_number(_col(wide, "memory_total_mib")),
-        sm_clock_mhz=_number(_col(wide, "sm_clock_mhz")),
-        throttle_reasons=_reasons({r: _flag(_col(wide, f"reason_{r}")) for r in REASONS}),
+        sm_util_pct=leading_number(first_column(wide, "sm_util_pct")),
+        mem_util_pct=leading_number(first_column(wide, "mem_util_pct")),
+        memory_used_mib=leading_number(first_column(wide, "memory_used_mib")),
+        memory_total_mib=leading_number(first_column(wide, "memory_total_mib")),
+        sm_clock_mhz=leading_number(first_column(wide, "sm_clock_mhz")),
+        throttle_reasons=true_reasons({r: flag(first_column(wide, f"reason_{r}")) for r in REASONS}),
         ecc_corrected_volatile=ecc("c", "volatile"),
         ecc_uncorrected_volatile=ecc("u", "volatile"),
         ecc_corrected_aggregate=ecc("c", "aggregate"),
         ecc_uncorrected_aggregate=ecc("u", "aggregate"),
-        retired_pages=_sum_or_null([_count(_col(wide, "retired_sbe")), _count(_col(wide, "retired_dbe"))]),
-        retired_pages_pending=_flag(_col(wide, "retired_pending")),
-        remapped_rows_correctable=_count(_col(wide, "remapped_rows_correctable")),
-        remapped_rows_uncorrectable=_count(_col(wide, "remapped_rows_uncorrectable")),
-        remapped_rows_pending=_flag(_col(wide, "remapped_rows_pending")),
-        remapped_rows_failure=_flag(_col(wide, "remapped_rows_failure")),
+        retired_pages=sum_or_null([leading_count(first_column(wide, "retired_sbe")), leading_count(first_column(wide, "retired_dbe"))]),
+        retired_pages_pending=flag(first_column(wide, "retired_pending")),
+        remapped_rows_correctable=leading_count(first_column(wide, "remapped_rows_correctable")),
+        remapped_rows_uncorrectable=leading_count(first_column(wide, "remapped_rows_uncorrectable")),
+        remapped_rows_pending=flag(first_column(wide, "remapped_rows_pending")),
+        remapped_rows_failure=flag(first_column(wide, "remapped_rows_failure")),
         file=pl.lit(file),
     )
     return conform(out, GPU_SAMPLES).sort("line")

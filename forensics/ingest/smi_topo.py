@@ -9,7 +9,7 @@ import polars as pl
 from forensics.ingest.gpu import (
     ANSI,
     GPU_TOPOLOGY,
-    _binary_problem,
+    binary_problem,
 )
 from forensics.schema import conform, empty
 
@@ -26,7 +26,7 @@ def parse_topo(text: str, file: str, host: str | None = None) -> tuple[pl.DataFr
     clean = [re.sub(ANSI, "", ln) for ln in lines]
     start = next((i for i, ln in enumerate(clean) if ln.startswith("\t") and "GPU0" in ln), None)
     if start is None:
-        return empty(GPU_TOPOLOGY), _binary_problem(text) or "no topology header (a tab-led line naming GPU0)"
+        return empty(GPU_TOPOLOGY), binary_problem(text) or "no topology header (a tab-led line naming GPU0)"
     header = [c.strip() for c in clean[start].split("\t")[1:]]
     peers = [c for c in header if re.match(r"^(?:GPU|NIC|mlx)\w*$", c)]
     rows = []
