@@ -18,6 +18,7 @@ from forensics import sources
 from forensics.analysis import Analysis, InputError
 from forensics.catalog.load import Catalog, load_full
 from forensics.catalog.match import match_catalog
+from forensics.checklist import prevention_checklist
 from forensics.discover import discover, rank_from_name
 from forensics.incident import FileStatus, Incident
 from forensics.ingest.condense import WORDS_ONLY, Keep
@@ -121,15 +122,17 @@ def analyze_incident(incident: Incident, catalog: Catalog | None = None, progres
 
     progress("deciding the verdict")
     with timed(incident, "verdict"):
+        patterns = catalog.entries_for(incident.findings["pattern"].unique().to_list())
         verdict = decide(
             incident.findings,
             incident.lines,
             incident.ranks,
             unmatched,
-            catalog.entries_for(incident.findings["pattern"].unique().to_list()),
+            patterns,
             world,
             incident.tables.get("health"),
         )
+        verdict.checklist = prevention_checklist(verdict, incident, world, patterns)
         if verdict.state not in STILL_GOING:
             verdict.work_lost = work_lost(incident.findings, incident.metrics, verdict.first_failure)
     return Analysis(incident, verdict, catalog, world, unmatched)

@@ -234,7 +234,8 @@ def _whys(analysis: Analysis) -> list[str]:
         return []
     chain = [w if w.startswith(("Why ", "What ")) else f"Why? {w}" for w in v.whys]  # a playbook's why has no question
     out = ["## Five Whys", ""] + [f"{i}. {prose(w, 600)}" for i, w in enumerate(chain, start=1)]
-    out += ["", "## Prevention checklist", ""] + [f"- [ ] {prose(c, 300)}" for c in v.checklist]
+    if v.checklist:
+        out += ["", "## Prevention checklist", ""] + [f"- [ ] {prose(c, 300)}" for c in v.checklist]
     return out + [""]
 
 
