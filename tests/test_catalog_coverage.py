@@ -38,6 +38,8 @@ INTENDED_OVERLAPS = {
     frozenset({"EVT018", "GEN007"}),  # a preemption notice that also says a checkpoint is being saved
     frozenset({"NUM010", "NUM021"}),  # an overflow (an event) whose new loss scale is near the floor (a failure)
     frozenset({"NUM011", "NUM021"}),
+    frozenset({"NUM001", "NUM003"}),  # torchtitan's padded `loss:     nan` is a loss that is nan in any format
+    frozenset({"DATA012", "DATA024"}),  # an image PIL cannot read, which is Jupyter's copy inside .ipynb_checkpoints
 }
 
 

@@ -240,3 +240,25 @@ def test_of_gdb_dumps_per_rank_the_one_neither_in_a_collective_nor_on_the_gpu_is
     dumps["gdb/rank2.txt"] = GDB_IN_GROUP_END
     again = analyze(incident({name: "\n".join(text) + "\n" for name, text in dumps.items()}))
     assert again.incident.findings.filter(pl.col("pattern") == "STACK004").is_empty()
+
+
+# deepspeedai/DeepSpeedExamples#302 (real lines): a DeepSpeed-Chat run stuck in deepspeed.initialize.
+PY_SPY_EXTENSION_LOCK = [
+    'Thread 46930 (idle): "MainThread"',
+    "    wait (torch/utils/file_baton.py:42)",
+    "    _jit_compile (torch/utils/cpp_extension.py:1522)",
+    "    load (torch/utils/cpp_extension.py:1284)",
+    "    jit_load (deepspeed/ops/op_builder/builder.py:480)",
+    "    load (deepspeed/ops/op_builder/builder.py:449)",
+    "    __init__ (deepspeed/runtime/engine.py:377)",
+    "    initialize (deepspeed/__init__.py:156)",
+    'Thread 47073 (idle): "Thread-1"',
+    "    wait (threading.py:324)",
+    "    wait (threading.py:622)",
+    "    run (tqdm/_monitor.py:60)",
+]
+
+
+def test_a_thread_waiting_for_an_extension_build_lock_is_the_environment():
+    found = stack_waits(lines_frame(PY_SPY_EXTENSION_LOCK, rank=None))
+    assert found.select("pattern", "category", "role", "line").rows() == [("STACK006", "ENVIRONMENT", "initiating", 2)]

@@ -430,3 +430,35 @@ def test_a_shape_mismatch_in_the_optimizer_s_step_is_optimizer_state_from_a_chec
         OPTIMIZER_STATE_MISMATCH[1][-1],
     ]
     assert "CTX011" not in analyze(incident({"train.log": "\n".join(forward) + "\n"})).incident.findings["pattern"].to_list()
+
+
+# modelscope/ms-swift#6695 (real lines): a datasets cache on NFS, on a Debian Python (`dist-packages`).
+STALE_HANDLE_IN_DATASETS = """\
+[rank1]:   File "/usr/local/lib/python3.10/dist-packages/datasets/arrow_dataset.py", line 4101, in _select_with_indices_mapping
+[rank1]:     os.chmod(indices_cache_file_name, 0o666 & ~umask)
+[rank1]: OSError: [Errno 116] Stale file handle: xxx
+"""
+# A missing data file read by a dataset's __getitem__ (the same errno as a missing checkpoint).
+MISSING_FILE_IN_A_DATASET = """\
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.10/site-packages/torch/utils/data/_utils/fetch.py", line 52, in <listcomp>
+    data = [self.dataset[idx] for idx in possibly_batched_index]
+  File "/work/project/data/coco_dataset.py", line 88, in __getitem__
+    with open(self.items[index]) as handle:
+FileNotFoundError: [Errno 2] No such file or directory: '/data/coco/checkpoints_annotations/000123.json'
+"""
+
+
+def test_a_file_errno_raised_while_reading_data_is_the_data_pipeline(tmp_path):
+    from forensics.catalog import load_catalog
+    from forensics.catalog.match import match_catalog
+    from forensics.passes.traceback_context import demote_overridden
+
+    for text, errno_pattern in ((STALE_HANDLE_IN_DATASETS, "CKPT010"), (MISSING_FILE_IN_A_DATASET, "CKPT015")):
+        lines = _lines(tmp_path, text)
+        generic = match_catalog(lines, load_catalog())
+        assert errno_pattern in generic["pattern"].to_list()
+        context = classify_by_frames(lines, generic)
+        assert context["category"].to_list() == ["DATA_PIPELINE"]
+        demoted = demote_overridden(generic, context, lines)
+        assert demoted.filter(demoted["pattern"] == errno_pattern)["role"].to_list() == ["symptom"]

@@ -40,7 +40,7 @@ CHECKPOINT_FRAMES = (
 # datasets or loaders (`dataset.py`, `coco_dataset.py`, `data_loader.py`); never such a file's
 # module level (`in <module>`: an import that failed says nothing about data).
 DATALOADER_FRAMES = (
-    r"torch/utils/data/|in _worker_loop\b|site-packages/datasets/|site-packages/ray/data/|[\\/]data_?load(?:ing|ers?)[\\/]"
+    r"torch/utils/data/|in _worker_loop\b|(?:site|dist)-packages/(?:datasets|ray/data)/|[\\/]data_?load(?:ing|ers?)[\\/]"
     r"|(?i:[\w-]*(?:dataset|data_?loader)[\w-]*\.py)\", line \d+, in \w"
     r"|, in (?:\w+_)?(?:get|next|fetch|load)_batch\w*$|, in batch_producer$"  # Megatron's `get_batch_on_this_tp_rank`, OpenNMT's producer
 )

@@ -16,6 +16,9 @@ Notes:
     - STACK003 (COLLECTIVE_TIMEOUT, cascade): waiting in a collective or barrier (Python's
       torch.distributed, or natively an NCCL entry point or c10d's collective calls), which
       is what the victims of a hang do while they wait for the one rank that is not there;
+    - STACK006 (ENVIRONMENT, initiating): waiting for a compiled extension's build lock
+      (`FileBaton.wait` in torch.utils.cpp_extension): another process builds it, or a
+      killed build left its lock behind and the wait never ends;
     - STACK005 (UNKNOWN, symptom): waiting in a CUDA synchronize call, the host done and
       the GPU not: a kernel that does not end. Which kernel a stack cannot say (a collective
       kernel spinning for its peer looks the same), so it names no cause.
@@ -40,6 +43,15 @@ from forensics.schema import FINDINGS, conform, empty
 
 # (pattern id, category, role, title, frames that decide it)
 WAITS = [
+    (
+        "STACK006",
+        "ENVIRONMENT",
+        "initiating",
+        "Stack dump: a thread was waiting for a compiled extension's build lock",
+        # torch.utils.cpp_extension waits on a FileBaton (a `lock` file in the build directory)
+        # while another process builds; a lock left by a killed build is never released.
+        r"torch/utils/file_baton\.py|\bFileBaton\b|file_baton\.py\", line \d+ in wait\b",
+    ),
     (
         "STACK002",
         "CHECKPOINT_IO",

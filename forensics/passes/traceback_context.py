@@ -75,7 +75,9 @@ CONTEXTS = [
         "DATA_PIPELINE",
         "Exception raised inside data-loading code",
         DATALOADER_FRAMES,
-        frozenset(),
+        # An errno says what went wrong with a file, not which file: raised while reading data
+        # (a path missing, unreadable, an NFS handle gone stale), it is the data's.
+        frozenset({"CKPT004", "CKPT009", "CKPT010", "CKPT015"}),
         None,
     ),
     (
