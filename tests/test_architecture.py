@@ -15,7 +15,7 @@ FLOORS = {
     "incident": 1, "catalog": 1,
     "ingest": 2, "discover": 2,
     "passes": 3,
-    "verdict": 4, "run_state": 4, "triage": 4, "causal_chain": 4,
+    "verdict": 4, "run_state": 4, "triage": 4, "causal_chain": 4, "checklist": 4,
     "analysis": 5,
     "report": 6,
     "steps": 7, "sources": 7,

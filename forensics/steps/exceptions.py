@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
+from forensics.passes.extension_build import stuck_at_extension_build
 from forensics.passes.native_crashes import classify_native_crashes
 from forensics.passes.stacks import odd_stack_out, stack_waits, what_the_stalled_rank_did
 from forensics.passes.traceback_context import (
@@ -33,10 +34,12 @@ def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:
 
 
 def stack_dump_pass(incident: Incident, progress: Progress) -> None:
-    """What each thread of a py-spy or faulthandler dump was waiting in, and the odd rank out."""
+    """What each thread of a py-spy or faulthandler dump was waiting in, the odd rank out, and logs that
+    all stop waiting on an extension build lock."""
     waits = stack_waits(incident.lines)
     incident.add_findings(waits)
     incident.add_findings(odd_stack_out(incident.lines, waits))
+    incident.add_findings(stuck_at_extension_build(incident.lines))
 
 
 def stalled_rank_pass(incident: Incident, progress: Progress) -> None:
