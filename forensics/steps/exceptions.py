@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.collective_mismatch import odd_rank_out
+from forensics.passes.duplicate_ranks import ranks_taken_twice
 from forensics.passes.extension_build import stuck_at_extension_build
 from forensics.passes.native_crashes import classify_native_crashes
 from forensics.passes.stacks import odd_stack_out, stack_waits, what_the_stalled_rank_did
@@ -29,8 +30,10 @@ def traceback_context_pass(incident: Incident, progress: Progress) -> None:
 
 
 def collective_mismatch_pass(incident: Incident, progress: Progress) -> None:
-    """The rank its peers' DETAIL fingerprint checks name as running another collective."""
+    """The rank its peers' DETAIL fingerprint checks name as running another collective, and ranks
+    that two processes took."""
     incident.add_findings(odd_rank_out(incident.findings))
+    incident.add_findings(ranks_taken_twice(incident.lines))
 
 
 def stack_dump_pass(incident: Incident, progress: Progress) -> None:
