@@ -29,8 +29,18 @@ AFTER_WARMUP = {
 LATE = {Category.HARDWARE, Category.COLLECTIVE_TIMEOUT, Category.NETWORK, Category.PROCESS_KILLED, Category.CUDA_ERROR}
 
 
-def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFrame, ranks: pl.DataFrame, world: int | None) -> list[str]:
-    """The investigation protocol's first two questions: when did it fail, and how many ranks."""
+def triage(
+    verdict_category: str,
+    first: dict[str, Any] | None,
+    lines: pl.DataFrame,
+    ranks: pl.DataFrame,
+    world: int | None,
+    state: str = "crashed",
+    culprits: list[int] | None = None,
+) -> list[str]:
+    """The investigation protocol's first two questions: when did it fail, and how many ranks.
+
+    A slow run did not fail: its first slow line is placed in time, and its slow ranks counted."""
     notes = []
     start = lines["time"].min() if not lines.is_empty() else None
     first_time = (first.get("time") or first.get("time_after")) if first else None
@@ -54,8 +64,7 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
             known = verdict_category not in (Category.UNKNOWN, Category.NO_FAILURE)
             if known and verdict_category not in prior:
                 note += f"; here the evidence points to {verdict_category} instead"
-            slow = verdict_category == Category.STRAGGLER  # slow, not failed: its first slow line is placed
-            notes.append(f"{'First seen slow' if slow else 'Failed'} {window}: {note}.")
+            notes.append(f"{'First seen slow' if state == 'slow' else 'Failed'} {window}: {note}.")
     elif first is None:
         notes.append("Time into the run: no failing line to place in time.")
     else:
@@ -69,6 +78,15 @@ def triage(verdict_category: str, first: dict[str, Any] | None, lines: pl.DataFr
                 if total == 1
                 else f"All {total} ranks seen ended without a failure signature."
             )
+        elif state == "slow":
+            slow = sorted(culprits or [])
+            if slow:
+                notes.append(
+                    f"No rank failed; {len(slow)} of {total} {'was' if len(slow) == 1 else 'were'} slow"
+                    f" ({'rank' if len(slow) == 1 else 'ranks'} {rank_ranges(slow)}) and held the others back."
+                )
+            else:
+                notes.append(f"No rank failed; the whole job ({total} {'rank' if total == 1 else 'ranks'}) ran slow.")
         elif len(failed) == 1 and total == 1:
             notes.append(f"The one rank seen failed first-hand (rank {failed[0]}).")
         elif len(failed) == 1:

@@ -447,7 +447,7 @@ def decide(
         return Verdict(
             category=category, state=state, summary=summary, confidence=confidence,
             culprit_ranks=[], culprit_hosts=[], culprit_gpus=[], first_failure=first, hypotheses=hypotheses,
-            whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world),
+            whys=playbook["whys"], checklist=playbook["checklist"], triage=triage(category, first, lines, ranks, world, state),
             proofs=cited,
         )  # fmt: skip
     explained = any(h.category != Category.UNKNOWN and "initiating" in h.roles for h in strong)
@@ -466,11 +466,12 @@ def decide(
     if top.first:
         first = {k: top.first[k] for k in ("rank", "time", "time_after", "file", "line", "text")}
     summary = top.summary + _cascade_note(findings, top.culprit_ranks, top.category)
+    state = run_state(
+        top.category, ranks, findings, top.culprit_ranks, frozenset(pid for pid, p in patterns.items() if getattr(p, "waits", False))
+    )
     return Verdict(
         category=top.category,
-        state=run_state(
-            top.category, ranks, findings, top.culprit_ranks, frozenset(pid for pid, p in patterns.items() if getattr(p, "waits", False))
-        ),
+        state=state,
         summary=summary,
         confidence=_confidence(hypotheses, patterns),
         culprit_ranks=top.culprit_ranks,
@@ -480,5 +481,5 @@ def decide(
         hypotheses=hypotheses,
         whys=causal_chain(top.category, top.first, top.culprit_ranks, findings, patterns, playbook) or playbook.get("whys", []),
         checklist=playbook.get("checklist", []),
-        triage=triage(top.category, first, lines, ranks, world),
+        triage=triage(top.category, first, lines, ranks, world, state, top.culprit_ranks),
     )

@@ -99,7 +99,7 @@ def test_a_single_log_file_is_an_incident_and_its_neighbours_are_not_read(tmp_pa
     verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
     assert verdict["verdict"]["category"] == "HOST_OOM"
     assert [i["path"] for i in verdict["inputs"]] == ["slurm-9411285.out"]
-    assert (tmp_path / "out" / "postmortem.md").read_text().startswith("# Postmortem: slurm-9411285")
+    assert (tmp_path / "out" / "postmortem.md").read_text().startswith("# Postmortem: `slurm-9411285`")
 
 
 def test_version_prints_the_package_version():

@@ -89,3 +89,15 @@ def test_each_line_of_a_mixed_console_takes_its_own_host_and_a_prefixed_tracebac
     assert lines["host"].to_list() == ["gpu003"] * 3 + ["rdma-gpu-train-worker-0"] + ["gpu003"] * 2
     gpu003 = lines.filter(pl.col("host") == "gpu003")
     assert gpu003.filter(pl.col("line") >= 2)["block"].unique().to_list() == [2]
+
+
+def test_a_rank_on_a_throttled_gpu_ran_on_and_the_triage_says_slow_not_failed():
+    from pathlib import Path
+
+    analysis = analyze(Path(__file__).resolve().parents[1] / "fixtures" / "incidents" / "gpu_thermal_straggler")
+    status = dict(analysis.incident.ranks.select("rank", "status").iter_rows())
+    assert status[2] == "finished"  # throttled (hardware at error level), not dead
+    triage = analysis.verdict.triage
+    assert any(note.startswith("First seen slow") for note in triage)
+    assert "No rank failed; 1 of 4 was slow (rank 2) and held the others back." in triage
+    assert not any(note.startswith("Failed ") or "failed first-hand" in note for note in triage)

@@ -92,12 +92,14 @@ def rank_table(
         )
     )
     serious = pl.col("severity").is_in(FAILURE_SEVERITIES)
+    # A slow rank, or a GPU throttled or with corrected errors (hardware below critical), ran on.
+    runs_on = (pl.col("category") == "STRAGGLER") | ((pl.col("category") == "HARDWARE") & (pl.col("severity") != "critical"))
     per_rank_roles = (
         findings.filter(pl.col("rank").is_not_null())
         .group_by("rank")
         .agg(
             killed=(pl.col("category").is_in(["PROCESS_KILLED", "HOST_OOM"]) & pl.col("role").is_in(FAILURE_ROLES)).any(),
-            failed=((pl.col("role") == "initiating") & serious & ~pl.col("pattern").str.starts_with("HANG")).any(),
+            failed=((pl.col("role") == "initiating") & serious & ~runs_on & ~pl.col("pattern").str.starts_with("HANG")).any(),
             stalled=((pl.col("role") == "initiating") & pl.col("pattern").str.starts_with("HANG")).any(),
             cascaded=(pl.col("role") == "cascade").any(),
             exited=((pl.col("role") == "symptom") & serious).any(),

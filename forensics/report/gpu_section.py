@@ -7,6 +7,13 @@ import polars as pl
 from forensics.incident import Incident
 from forensics.report.markup import cell, table, where
 
+# How passes.gpu_health tied a rank to a GPU, said for a reader.
+HOW_WE_KNOW = {
+    "nccl_busid": "the rank's NCCL line names the GPU's bus id",
+    "xid_pid": "the Xid names the rank's process id",
+    "assumed_local_rank": "assumed: GPU index = local rank",
+}
+
 
 def render_gpu_section(incident: Incident) -> str | None:
     gpu_ranks = incident.tables.get("gpu_ranks")
@@ -32,7 +39,13 @@ def render_gpu_section(incident: Incident) -> str | None:
         out += ["No GPU health finding in the dumps and kernel logs.", ""]
     if gpu_ranks is not None and not gpu_ranks.is_empty():
         rows = [
-            (cell(r["host"]), cell(r["gpu"]), cell(r["pci_bus_id"]), cell(r["rank"]), cell(r["rank_mapping"]))
+            (
+                cell(r["host"]),
+                cell(r["gpu"]),
+                cell(r["pci_bus_id"]),
+                cell(r["rank"]),
+                cell(HOW_WE_KNOW.get(r["rank_mapping"], r["rank_mapping"])),
+            )
             for r in gpu_ranks.head(64).iter_rows(named=True)
         ]
         out += ["Which rank ran on which GPU:", "", table(["host", "GPU", "PCI", "rank", "how we know"], rows), ""]

@@ -28,7 +28,7 @@ RANK_STATUS_LEGEND = (
 
 def _headline(analysis: Analysis) -> list[str]:
     v = analysis.verdict
-    out = [f"# Postmortem: {cell(analysis.incident.name or analysis.incident.root.name)}", ""]
+    out = [f"# Postmortem: {code(analysis.incident.name or analysis.incident.root.name)}", ""]
     out.append(f"**Verdict: `{v.category}`** ({v.state}, confidence {v.confidence:.2f}) — {prose(v.summary)}")
     out.append("")
     facts = []
