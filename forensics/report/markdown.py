@@ -255,7 +255,7 @@ def _inputs(analysis: Analysis) -> list[str]:
     counts = inputs.group_by("status").len().sort("status")
     summary = ", ".join(f"{n} {s}" for s, n in counts.iter_rows())
     rows = [
-        (code(r["path"]), cell(r["kind"]), cell(r["rank"]), cell(r["status"]), cell(r["lines"]), cell(r["problem"]))
+        (code(r["path"]), code(r["kind"]), cell(r["rank"]), cell(r["status"]), cell(r["lines"]), cell(r["problem"]))
         for r in inputs.head(200).iter_rows(named=True)
     ]
     out = ["## Inputs", "", f"{plural(inputs.height, 'file')}: {summary}.", ""]
