@@ -381,6 +381,15 @@ def _said_on_its_ranks(hypothesis: Hypothesis, known_ranks: list[set[int]]) -> b
     return bool(ranks) and any(ranks <= known for known in known_ranks)
 
 
+# The interpreter's own report of a crash signal (faulthandler). SIGABRT is left out: the NCCL
+# watchdog and C++ terminate raise it on purpose, after a failure elsewhere.
+OWN_CRASH_SIGNAL = r"Fatal Python error: (?:Segmentation fault|Floating point exception|Illegal instruction|Bus error)"
+
+
+def _crashed_on_its_own_signal(hypothesis: Hypothesis) -> bool:
+    return any(re.search(OWN_CRASH_SIGNAL, e["text"] or "") for e in hypothesis.evidence)
+
+
 def _only_cut_tracebacks(hypothesis: Hypothesis) -> bool:
     return all(e["pattern"] == "EXC002" for e in hypothesis.evidence)
 
@@ -459,6 +468,10 @@ def decide(
         strong,
         key=lambda h: h.category == Category.UNKNOWN and (explained or _only_cut_tracebacks(h) or _said_on_its_ranks(h, known_ranks)),
     )
+    # A process that crashed on its own signal was not killed from outside: a report that it
+    # "died or was killed" (a launcher, Ray) is the crash seen from outside.
+    if not explained and any(_crashed_on_its_own_signal(h) for h in strong):
+        strong = sorted(strong, key=lambda h: h.category == Category.PROCESS_KILLED and "initiating" not in h.roles)
     hypotheses = strong + weak
     top = hypotheses[0]
     playbook = playbooks.get(top.category, {})

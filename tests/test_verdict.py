@@ -606,3 +606,26 @@ def test_a_line_that_says_the_processes_wait_makes_a_hang_not_a_crash(tmp_path):
     ]
     verdict = _verdict_of(tmp_path, lines)
     assert (verdict.category, verdict.state) == ("ENVIRONMENT", "hung")
+
+
+# yalueliu/Search-R1#134 (real lines): a vLLM worker crashed on SIGFPE; Ray then reports its worker dead.
+RAY_WORKER_CRASHED = [
+    "(WorkerDict pid=358504) Fatal Python error: Floating point exception",
+    "(WorkerDict pid=358504) ",
+    "(WorkerDict pid=358504) Stack (most recent call first):",
+    '(WorkerDict pid=358504)   File "/data/miniconda3/envs/searchr1/lib/python3.9/site-packages/vllm/model_executor/layers/logits_processor.py", line 83 in _get_logits',
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.",
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check the logs for the dead worker.",
+]
+
+
+def test_a_worker_that_crashed_on_its_own_signal_was_not_killed_from_outside(tmp_path):
+    verdict = _verdict_of(tmp_path, RAY_WORKER_CRASHED)
+    assert (verdict.category, verdict.state) == ("UNKNOWN", "crashed")
+    assert "Floating point exception" in verdict.first_failure["text"]
+    assert "PROCESS_KILLED" in [h.category for h in verdict.hypotheses]
+
+
+def test_an_abort_is_no_crash_of_its_own_and_a_bare_worker_death_stays_a_kill(tmp_path):
+    aborted = [RAY_WORKER_CRASHED[0].replace("Floating point exception", "Aborted"), *RAY_WORKER_CRASHED[1:]]
+    assert _verdict_of(tmp_path, aborted).category == "PROCESS_KILLED"
