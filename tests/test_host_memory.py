@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from forensics.passes.host_memory import host_memory_climb
+from forensics.passes.host_memory import host_memory_climb, large_allocation_then_stopped
 from tests.conftest import lines_frame
 
 # WeNet#989 (real lines): rank 0's RSS from 5 to 212 GB in 90 seconds, still stepping.
@@ -32,3 +32,32 @@ def test_steady_small_or_too_few_readings_are_no_finding():
     small = [line.replace("212.04G", "15.0G").replace("105.61G", "12.0G").replace("46.51G", "9.0G") for line in WENET]
     assert host_memory_climb(lines_frame(small)).is_empty()  # tripled, but ends below 16 GB
     assert host_memory_climb(lines_frame(WENET[:2])).is_empty()
+
+
+# webcompat/autowebcompat#280 and ashawkey/torch-ngp#113 (real lines, stacks shortened): Colab
+# prints `^C` when it kills a cell that ran the VM out of RAM.
+ALLOC_THEN_STOPPED = [
+    "Using TensorFlow backend.",
+    "tcmalloc: large alloc 6457049088 bytes == 0x4e70000 @  0x7f0ddb5c3001 0x7f0dd8bf8b85 0x7f0dd8c5bb43",
+    "tcmalloc: large alloc 6457049088 bytes == 0x185ca6000 @  0x7f0ddb5c11e7 0x7f0dd8bf8a41 0x7f0dd8c5e7c0",
+    "^C",
+]
+NGP = [
+    "`Loading train data: 100% 96/96 [00:17<00:00,  5.45it/s]",
+    "tcmalloc: large alloc 11498029056 bytes == 0x7f52590bc000 @  0x7f568599a1e7 0x7f56152510ce",
+    "^C`",
+]
+
+
+def test_a_huge_allocation_just_before_the_process_was_stopped_is_a_host_oom():
+    for texts, line, gib in ((ALLOC_THEN_STOPPED, 2, 6.01), (NGP, 2, 10.71)):
+        found = large_allocation_then_stopped(lines_frame(texts))
+        assert found.select("pattern", "category", "role", "line").rows() == [("MEM002", "HOST_OOM", "initiating", line)]
+        assert f'"alloc_gib":{gib}' in found["captures"][0]
+
+
+def test_a_large_allocation_in_a_run_that_went_on_or_a_small_one_is_no_finding():
+    went_on = ALLOC_THEN_STOPPED[:3] + [f"Epoch 1/10 - step {i} - loss: 0.{i}" for i in range(30)] + ["^C"]
+    assert large_allocation_then_stopped(lines_frame(went_on)).is_empty()
+    small = [ALLOC_THEN_STOPPED[1].replace("6457049088", "1073741824"), "^C"]
+    assert large_allocation_then_stopped(lines_frame(small)).is_empty()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from forensics.incident import Incident
 from forensics.passes.health import abrupt_stops, health_proofs, progress_lines
-from forensics.passes.host_memory import host_memory_climb
+from forensics.passes.host_memory import host_memory_climb, large_allocation_then_stopped
 from forensics.passes.numerics import numerical_findings, numerics_table
 from forensics.passes.skipped_updates import persistent_skips
 from forensics.steps.common import Progress
@@ -18,8 +18,10 @@ def numerics_pass(incident: Incident, progress: Progress) -> None:
 
 
 def host_memory_pass(incident: Incident, progress: Progress) -> None:
-    """Host memory that a trainer's own lines show multiplying: a leak heading for the OOM killer."""
+    """Host memory that a trainer's own lines show multiplying, or a huge allocation just before the
+    process was stopped."""
     incident.add_findings(host_memory_climb(incident.lines))
+    incident.add_findings(large_allocation_then_stopped(incident.lines))
 
 
 def skipped_updates_pass(incident: Incident, progress: Progress) -> None:
