@@ -462,3 +462,18 @@ def test_a_file_errno_raised_while_reading_data_is_the_data_pipeline(tmp_path):
         assert context["category"].to_list() == ["DATA_PIPELINE"]
         demoted = demote_overridden(generic, context, lines)
         assert demoted.filter(demoted["pattern"] == errno_pattern)["role"].to_list() == ["symptom"]
+
+
+# MVA2025-SMOT4SB#1 (real lines): YOLOX's dataset package, a broken image read as None.
+ASSERT_IN_A_DATASETS_PACKAGE = """\
+Traceback (most recent call last):
+  File "/repo/MVA2025-SMOT4SB/OC_SORT/yolox/data/datasets/mot.py", line 103, in pull_item
+    assert img is not None
+AssertionError
+"""
+
+
+def test_an_exception_in_a_project_s_datasets_package_is_the_data_pipeline(tmp_path):
+    found = classify_by_frames(_lines(tmp_path, ASSERT_IN_A_DATASETS_PACKAGE), empty(FINDINGS))
+    assert found.select("category", "line").rows() == [("DATA_PIPELINE", 4)]
+    assert "datasets/mot.py" in found["captures"][0]

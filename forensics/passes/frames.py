@@ -36,11 +36,12 @@ CHECKPOINT_FRAMES = (
     r"|tensorflow/python/training/saver\.py|tensorflow/python/checkpoint/|\b(?:save|write|load|read|restore)_ckpt\b|, in save(?:_weights|_model)?\s*$"
 )
 # The data pipeline: torch's DataLoader machinery, Hugging Face `datasets`, Ray Data, a package folder named
-# for data loading (nnU-Net's `training/dataloading/`), and any function of a file named for
+# for data loading (nnU-Net's `training/dataloading/`), a project's `datasets/` package, and any function of a file named for
 # datasets or loaders (`dataset.py`, `coco_dataset.py`, `data_loader.py`); never such a file's
 # module level (`in <module>`: an import that failed says nothing about data).
 DATALOADER_FRAMES = (
     r"torch/utils/data/|in _worker_loop\b|(?:site|dist)-packages/(?:datasets|ray/data)/|[\\/]data_?load(?:ing|ers?)[\\/]"
     r"|(?i:[\w-]*(?:dataset|data_?loader)[\w-]*\.py)\", line \d+, in \w"
+    r"|[\\/]datasets[\\/](?:[\w-]+[\\/])*[\w-]+\.py\", line \d+, in \w"  # a project's datasets/ package: `yolox/data/datasets/mot.py`
     r"|, in (?:\w+_)?(?:get|next|fetch|load)_batch\w*$|, in batch_producer$"  # Megatron's `get_batch_on_this_tp_rank`, OpenNMT's producer
 )
