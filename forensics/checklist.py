@@ -5,11 +5,11 @@ inputs, lines, metrics, findings), the world size and the catalog's patterns. Le
 
 Each item names a gap seen here, for a failure of this kind: no kernel log where a kill or a
 hardware fault is only recorded there, no GPU telemetry for a hardware fault or a slow rank,
-no Flight Recorder dump or stacks for a hang, no NCCL messages for a network failure, no
-per-rank logs, no timestamps, no per-step metrics for a numerical failure or a slowdown.
-The verdict's generic items (its category playbook's) follow only when the leading hypothesis' patterns
-give no prevention advice of their own (a thermal throttle is a hardware fault, but the
-fatal-Xid items do not fit it).
+no Flight Recorder dump or stacks for a hang, no NCCL messages for a network failure of an
+NCCL job, no rank on most lines, no log from some ranks, no timestamps, no per-step metrics
+for a numerical failure or a slowdown. The verdict's generic items (its category playbook's)
+follow only when the leading hypothesis' patterns give no prevention advice of their own (a
+thermal throttle is a hardware fault, but the fatal-Xid items do not fit it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ GPU_TELEMETRY = {
 # Kernel messages pasted into a console or a rank log count as a kernel log.
 KERNEL_LINE = r"NVRM: Xid|Out of memory: Kill|oom-kill|oom_reaper|invoked oom-killer|kernel: |\bAER: |pcieport "
 NCCL_LINE = r"NCCL (?:INFO|WARN)"
+GLOO = r"(?i)\bgloo\b"
 STACK_PATTERN = r"^STACK\d"
 MIN_LINES_FOR_TIMESTAMPS = 20  # a short excerpt without timestamps says nothing about the logging setup
 
@@ -70,13 +71,20 @@ def _no_stacks(incident: Incident, _: int | None) -> bool:
 
 
 def _no_nccl_messages(incident: Incident, _: int | None) -> bool:
-    return not _any_line(incident, NCCL_LINE)
+    """An NCCL job (not gloo's) whose logs hold no NCCL message."""
+    return not _any_line(incident, NCCL_LINE) and not _any_line(incident, GLOO)
 
 
-def _ranks_not_told_apart(incident: Incident, world: int | None) -> bool:
-    """A job of several ranks whose lines name at most one of them."""
+def _lines_without_ranks(incident: Incident, world: int | None) -> bool:
+    """A job of several ranks where most lines say no rank."""
+    lines = incident.lines
+    return (world or 0) > 1 and not lines.is_empty() and lines["rank"].null_count() > lines.height / 2
+
+
+def _ranks_without_logs(incident: Incident, world: int | None) -> bool:
+    """A job of several ranks, some of which left no line here."""
     named = incident.lines["rank"].drop_nulls().n_unique() if not incident.lines.is_empty() else 0
-    return (world or 0) > 1 and named <= 1
+    return (world or 0) > 1 and named < (world or 0)
 
 
 def _no_timestamps(incident: Incident, _: int | None) -> bool:
@@ -125,9 +133,15 @@ GAPS = (
     ),
     Gap(
         _failed,
-        _ranks_not_told_apart,
-        "Write one log per rank (`torchrun --log-dir DIR --tee 3`, or a rank prefix in every line): these logs"
-        " do not say which rank wrote most lines",
+        _lines_without_ranks,
+        "Prefix every line with its rank (`torchrun --tee 3` does, or a rank field in the log format): most of"
+        " these lines do not say which rank wrote them",
+    ),
+    Gap(
+        _failed,
+        _ranks_without_logs,
+        "Collect the log of every rank (`torchrun --log-dir DIR`, one file per rank): a rank with no log here"
+        " cannot be told apart from one that was fine",
     ),
     Gap(
         _failed,

@@ -71,3 +71,21 @@ def test_timestamps_and_per_rank_logs_are_asked_for_when_missing(tmp_path):
     (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
     items = analyze(tmp_path).verdict.checklist
     assert any(item.startswith("Log a timestamp on every line") for item in items)
+
+
+def test_a_gloo_job_is_not_told_to_set_nccl_debug_and_missing_ranks_are_asked_for(tmp_path):
+    gloo = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.2]:4242"
+    (tmp_path / "rank_3.log").write_text(f"epoch 1 step 10 loss 2.3\n{gloo}\n")
+    verdict = analyze(tmp_path).verdict
+    assert verdict.category == "NETWORK"
+    assert not any("NCCL_DEBUG" in item for item in verdict.checklist)
+    assert any(item.startswith("Collect the log of every rank") for item in verdict.checklist)  # only rank 3 of 4
+    assert not any(item.startswith("Prefix every line with its rank") for item in verdict.checklist)
+
+
+def test_an_nccl_network_failure_without_nccl_messages_asks_for_them(tmp_path):
+    reset = "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5"
+    (tmp_path / "console.log").write_text(f"{reset}\n")
+    verdict = analyze(tmp_path).verdict
+    assert verdict.category == "NETWORK", verdict.category
+    assert any("NCCL_DEBUG=WARN" in item for item in verdict.checklist)
