@@ -30,8 +30,10 @@ def causal_chain(
     findings: pl.DataFrame,
     patterns: dict[str, Pattern | Derived],
     playbook: dict[str, Any],
+    state: str = "crashed",
 ) -> list[str]:
-    """The whys, effect first; empty when there is no first failure to explain."""
+    """The whys, effect first; empty when there is no first failure to explain. A slow or
+    diverged run did not fail: its first question asks why it was slow or diverged."""
     if first is None:
         return []
     whys = []
@@ -46,7 +48,14 @@ def causal_chain(
         waited = f", waiting for {_who(culprits)}" if culprits else ""
         whys.append(f"Why did {who} fail? {_said(cascade)}{waited}.")
     subject = _who(culprits) if culprits else "the job"
-    question = f"Why did they wait for {subject}?" if category in WAITING and culprits else f"Why did {subject} fail?"
+    if state == "slow":
+        question = f"Why was {subject} slow?"
+    elif state == "diverged":
+        question = f"Why did {subject}'s training diverge?"
+    elif category in WAITING and culprits:
+        question = f"Why did they wait for {subject}?"
+    else:
+        question = f"Why did {subject} fail?"
     whys.append(f"{question} {_said(first)}.")
     driver = findings.filter(pl.col("pattern").str.starts_with("GPU-XID") & pl.col("rank").is_in(culprits).fill_null(False))
     if not (first.get("pattern") or "").startswith("GPU-XID") and (xid := _earliest(driver)) is not None:

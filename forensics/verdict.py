@@ -492,7 +492,7 @@ def decide(
         culprit_gpus=top.culprit_gpus,
         first_failure=first,
         hypotheses=hypotheses,
-        whys=causal_chain(top.category, top.first, top.culprit_ranks, findings, patterns, playbook) or playbook.get("whys", []),
+        whys=causal_chain(top.category, top.first, top.culprit_ranks, findings, patterns, playbook, state) or playbook.get("whys", []),
         checklist=playbook.get("checklist", []),
         triage=triage(top.category, first, lines, ranks, world, state, top.culprit_ranks),
     )

@@ -32,6 +32,13 @@ def test_a_hang_asks_why_the_others_waited_for_the_culprit():
     assert not any("Why did rank 5 fail?" in w for w in whys)
 
 
+@pytest.mark.parametrize("name", ["gpu_thermal_straggler", "straggler_midrun"])
+def test_a_slow_run_asks_why_the_rank_was_slow_not_why_it_failed(name):
+    whys = analyze(FIXTURES / name).verdict.whys
+    assert re.match(r"Why was rank \d+ slow\? ", whys[0])
+    assert not any(" fail?" in w or "wait for" in w for w in whys)
+
+
 def test_the_xid_the_driver_logged_for_the_culprit_s_process_is_a_why_of_its_own():
     """Real H100 run: rank 3's kernel writes through a null pointer; dmesg has Xid 31 for its pid."""
     whys = analyze(FIXTURES / "gpu_gloo_4rank_illegal_access_rank3").verdict.whys
