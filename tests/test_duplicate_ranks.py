@@ -32,3 +32,8 @@ def test_every_rank_once_or_a_restart_that_announces_them_all_again_is_no_findin
     assert ranks_taken_twice(lines_frame(HEALTHY, rank=None)).is_empty()
     assert ranks_taken_twice(lines_frame(HEALTHY + HEALTHY, rank=None)).is_empty()
     assert ranks_taken_twice(lines_frame(TWO_NODES_SAME_RANKS[:5], rank=None)).is_empty()  # fewer announcements than members
+
+
+def test_ranks_past_int64_are_no_ranks_and_raise_nothing():
+    huge = [f"initializing ddp: GLOBAL_RANK: {9 * 10**30}, MEMBER: 1/{9 * 10**30}"] * 3
+    assert ranks_taken_twice(lines_frame(huge, rank=None)).is_empty()

@@ -30,8 +30,10 @@ def ranks_taken_twice(lines: pl.DataFrame) -> pl.DataFrame:
         lines.filter(pl.col("text").str.contains(ANNOUNCEMENT))
         .with_columns(pl.col("text").str.extract_groups(ANNOUNCEMENT).alias("_a"))
         .with_columns(
-            global_rank=pl.col("_a").struct.field("rank").cast(pl.Int64), members=pl.col("_a").struct.field("world").cast(pl.Int64)
+            global_rank=pl.col("_a").struct.field("rank").cast(pl.Int64, strict=False),
+            members=pl.col("_a").struct.field("world").cast(pl.Int64, strict=False),
         )
+        .drop_nulls(["global_rank", "members"])  # a number past Int64 is no rank a launcher gave
     )
     if announced.is_empty():
         return empty(FINDINGS)
