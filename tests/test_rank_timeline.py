@@ -69,3 +69,18 @@ def test_the_title_names_the_rank_that_stopped_well_before_the_others():
     assert first_to_stop(ranks) == ", rank 5 stopped first (00:05:00)"
     together = ranks.with_columns(last_time=pl.lit(T0 + timedelta(seconds=600)))
     assert first_to_stop(together) == ""
+
+
+def test_a_time_axis_reads_as_clock_times_not_minutes_and_microseconds():
+    from forensics.report.plotting import pyplot, time_axis
+
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    start = datetime(2025, 7, 9, 17, 5, 38, tzinfo=UTC)
+    ax.plot([start + timedelta(seconds=s) for s in range(5)], range(5))
+    time_axis(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels()] + [ax.xaxis.get_offset_text().get_text()]
+    plt.close(fig)
+    assert not any("000000" in label for label in labels), labels
+    assert "2025-Jul-09 17:05" in labels  # the date and hour the ticks share, said once

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.report.plotting import pyplot
+from forensics.report.plotting import pyplot, time_axis
 
 MIN_SAMPLES = 3
 PANELS = (("temperature_c", "temperature (C)"), ("power_draw_w", "power (W)"), ("sm_util_pct", "SM util (%)"))
@@ -53,6 +53,8 @@ def render_gpu_figures(samples: pl.DataFrame, events: pl.DataFrame | None, out_d
         axes[0].legend(loc="upper left", fontsize=7, ncol=4)
         axes[0].set_title("GPU health (the dump names no host)" if host == "unknown-host" else f"{host}: GPU health")
         axes[-1].set_xlabel("time (UTC)" if timed else "sample")
+        if timed:
+            time_axis(axes[-1])
         fig.tight_layout()
         path = out_dir / f"gpu_{_safe(host)}.png"
         fig.savefig(path, dpi=100)

@@ -18,6 +18,16 @@ def pyplot() -> Any:
     return plt
 
 
+def time_axis(ax: Any) -> None:
+    """Label a datetime x axis with clock times a reader can use (`17:05:38`, not `05:38.000000`):
+    matplotlib's concise formatter, the date and hour in the offset where the ticks share them."""
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
 def save(fig: Any, out_dir: Path, name: str) -> Path:
     """Lay out `fig`, write it as out_dir/name (PNG, 100 dpi), close it; the path written."""
     fig.tight_layout()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.report.plotting import pyplot, save
+from forensics.report.plotting import pyplot, save, time_axis
 
 MIN_RANKS = 2
 MIN_SPAN_S = 1.0
@@ -63,13 +63,13 @@ def rank_timeline(ranks: pl.DataFrame, lines: pl.DataFrame, out_dir: Path) -> Pa
     ax.set_yticks(rows[::step], [f"rank {r}" for r in timed["rank"].to_list()[::step]])
     ax.invert_yaxis()
     ax.set_xlabel("time (UTC)")
+    time_axis(ax)
     statuses = ", ".join(
         f"{status} ({colour.removeprefix('tab:')})" for status, colour in STATUS_COLOURS.items() if status in set(timed["status"].to_list())
     )
     ax.set_title(
         f"{timed.height} ranks{first_to_stop(timed)}: first to last timestamped line; colour is the status: {statuses}", fontsize="small"
     )
-    fig.autofmt_xdate()
     return save(fig, out_dir, "ranks.png")
 
 
