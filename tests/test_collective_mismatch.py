@@ -45,3 +45,37 @@ def test_two_ranks_naming_each_other_is_a_tie_and_names_no_one():
 def test_a_single_accusation_names_no_one():
     # deepspeed#7568: only rank 2's error survives; it says rank 3 differs, which is as true of rank 2.
     assert odd_rank_out(conform(pl.DataFrame([_mismatch(2, 3, "ALLREDUCE", "GATHER", 1)]), FINDINGS)).is_empty()
+
+
+# speechbrain/speechbrain#1166 (real line, cut by the paste before `but Rank N is running`).
+CUT_MISMATCH = (
+    "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running inconsistent collective: "
+    "CollectiveFingerPrint(OpType=BROADCAST, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions("
+    "dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (default), pinned_memory=false "
+    "(default), memory_format=(nullopt))"
+)
+
+
+def test_a_mismatch_line_cut_short_is_read_and_its_reporting_rank_is_no_culprit(tmp_path):
+    from forensics.flow import analyze
+
+    (tmp_path / "error.log").write_text(f"[rank0]: {CUT_MISMATCH}\n")
+    verdict = analyze(tmp_path).verdict
+    assert verdict.category == "COLLECTIVE_TIMEOUT"
+    assert "DIST023" in [e["pattern"] for e in verdict.hypotheses[0].evidence]
+    assert verdict.culprit_ranks == []  # rank 0 printed it; the rank at fault is the one its peers name
+
+
+# hiyouga/LlamaFactory#9258 (real line, cut by the paste after `memory used`).
+RAY_MEMORY_MONITOR_CUT = (
+    "Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c406693f640c53f85422d4d73b069747d69875d42) where the task "
+    "(task ID: d221d26232c9bae05def6a6d00dbd292d4fc77cc01000000, name=head, rank=0,, pid=4503, memory used"
+)
+
+
+def test_ray_s_memory_monitor_line_cut_short_is_a_host_oom_of_the_rank_it_names(tmp_path):
+    from forensics.flow import analyze
+
+    (tmp_path / "console.log").write_text(f"{RAY_MEMORY_MONITOR_CUT}\n")
+    verdict = analyze(tmp_path).verdict
+    assert (verdict.category, verdict.culprit_ranks) == ("HOST_OOM", [0])
